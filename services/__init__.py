@@ -1,0 +1,1 @@
+"""Service entry points (thin shells over the mgrpo library)."""

@@ -1,0 +1,1 @@
+"""The planner service: a thin shell over the mgrpo library."""

@@ -1,0 +1,1 @@
+"""The sandbox service: a thin shell over the mgrpo library."""

@@ -1,0 +1,1 @@
+"""The subagent service: a thin shell over the mgrpo library."""

@@ -1,0 +1,1 @@
+"""The trainer service: a thin shell over the mgrpo library."""

@@ -1,0 +1,1 @@
+"""The ``mgrpo`` command line. Each command group lives in its own module."""

@@ -1,0 +1,34 @@
+"""Entry point of the ``mgrpo`` console script.
+
+Command groups are registered here and implemented in sibling modules; heavy imports (torch,
+transformers, celery) happen inside commands so ``mgrpo --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from mgrpo.cli import data, db, models, run, serve
+
+app = typer.Typer(
+    help="mgrpo: train a planner and its tool sub-agents (one LLM each) with M-GRPO.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models", help="Build and inspect models.")
+app.add_typer(data.app, name="data", help="Build the benchmark and demonstrations.")
+app.add_typer(serve.app, name="serve", help="Run one service (planner, subagent, trainer, sandbox).")
+app.add_typer(db.app, name="db", help="Stats-store migrations.")
+run.register(app)  # sft, train, eval, ablate, plot, demo, up
+
+
+@app.command()
+def version() -> None:
+    """Print the installed mgrpo version."""
+    from mgrpo import __version__
+
+    typer.echo(__version__)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,44 @@
+"""Process settings: one pydantic-settings class, read from env vars (prefix ``MGRPO_``).
+
+Built by the cached :func:`get_settings`, never at import time, so tests can override the
+environment and call ``get_settings.cache_clear()``. Training hyper-parameters do not live
+here: they are in the YAML run config (``mgrpo.training.config``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MGRPO_", env_file=None, extra="ignore")
+
+    mode: Literal["embedded", "distributed"] = Field(
+        "embedded", description="embedded: one process, in-memory bus, SQLite. "
+        "distributed: RabbitMQ + PostgreSQL, one process per service.")
+    database_url: str = Field(
+        "sqlite:///runs/mgrpo.db",
+        description="SQLAlchemy URL of the stats store, e.g. "
+        "postgresql+psycopg://postgres@127.0.0.1:5432/mgrpo")
+    broker_url: str = Field("amqp://guest:guest@127.0.0.1:5672//",
+                            description="Celery broker (RabbitMQ) URL.")
+    checkpoint_uri: str = Field("runs/checkpoints",
+                                description="fsspec URI of the checkpoint root.")
+    models_dir: str = Field("runs/models", description="Local folder of initial model weights.")
+    sandbox_url: str | None = Field(
+        None, description="Sandbox service URL. Unset: code runs in an in-process sandbox.")
+    api_token: str | None = Field(
+        None, description="Bearer token required on mutating REST endpoints. Unset: "
+        "mutating endpoints refuse every call (403) in distributed mode.")
+    health_port: int = Field(9100, description="Health/metrics port of worker services.")
+    device: str = Field("cpu", description="torch device for models: cpu, cuda, cuda:1 ...")
+    log_level: str = "INFO"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
