@@ -1,0 +1,76 @@
+"""Pure sampling helpers for the engines: filtering, per-row seeded draws, stop checks.
+
+Seeding scheme: every request owns a ``torch.Generator`` seeded with its ``seed`` (or a seed
+drawn from the global torch RNG when ``seed`` is None). A row's draws use only its own
+generator, so a seeded request gives the same tokens whatever else is in the batch (up to
+floating-point differences from padding, which can flip a draw that sits on a probability
+boundary; on CPU float32 we have not seen one).
+
+What it does NOT do: repetition penalties, beam search, logits processors beyond
+temperature / top-k / top-p.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mgrpo.engines.base import SamplingParams
+
+
+def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator for one request; ``seed=None`` draws a seed from the global torch RNG.
+
+    Greedy rows also consume one draw per step, so a request's stream never depends on
+    its neighbours.
+    """
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def sample_next(logits: torch.Tensor, params: list[SamplingParams],
+                generators: list[torch.Generator]) -> torch.Tensor:
+    """Choose the next token per row, vectorised over the batch. logits: (B, V) raw.
+
+    Per row: temperature 0 = argmax. Otherwise ``softmax(logits / T)`` restricted to the top-k
+    tokens (k = 0: all) and to the top-p nucleus (the smallest set of most likely tokens whose
+    mass reaches top_p; the most likely token is always kept), then one draw by inverse CDF
+    with a uniform number from the row's own generator. Returns (B,) long.
+    """
+    batch, vocab = logits.shape
+    device = logits.device
+    greedy = torch.tensor([p.temperature <= 0 for p in params], device=device)
+    chosen = torch.argmax(logits, dim=-1)
+    if bool(greedy.all()):
+        return chosen
+    temperature = torch.tensor([max(p.temperature, 1e-6) for p in params], device=device)
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params],
+                         device=device)
+    top_p = torch.tensor([p.top_p for p in params], device=device)
+    sorted_logits, order = torch.sort(logits.float() / temperature[:, None], dim=-1,
+                                      descending=True)  # (B, V)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    rank = torch.arange(vocab, device=device)[None, :]
+    mass_before = probs.cumsum(-1) - probs  # (B, V) mass of strictly more likely tokens
+    keep = (rank < top_k[:, None]) & (mass_before < top_p[:, None])
+    keep[:, 0] = True
+    cdf = (probs * keep).cumsum(-1)  # (B, V)
+    # one uniform per row from the row's own generator: its stream ignores other rows
+    uniform = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])
+    target = uniform.to(device)[:, None] * cdf[:, -1:]
+    index = torch.searchsorted(cdf, target).clamp(max=vocab - 1)  # (B, 1)
+    sampled = order.gather(-1, index).squeeze(-1)
+    return torch.where(greedy, chosen, sampled)
+
+
+def stop_window(stops: list[str]) -> int:
+    """Tokens to decode to see any stop string: a byte-level token holds >= 1 byte, so a stop
+    string of n bytes spans at most n tokens, plus one that may straddle its start."""
+    return max((len(s.encode()) for s in stops), default=0) + 1
+
+
+def hits_stop_string(tail_text: str, stops: list[str]) -> bool:
+    """True when the decoded tail of a completion contains a stop string."""
+    return any(s and s in tail_text for s in stops)

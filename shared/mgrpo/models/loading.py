@@ -1,0 +1,58 @@
+"""Load a Hugging Face causal LM and its tokenizer from a local folder.
+
+What it does NOT do: download. ``local_files_only=True`` is always passed, so a hub id or a
+missing folder fails at once with :class:`ModelLoadError` instead of trying the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ModelLoadError(RuntimeError):
+    """A model folder is missing, incomplete or unreadable."""
+
+
+def resolve_dtype(dtype):
+    """``None`` -> float32; a torch dtype or a name (``"bfloat16"``) -> that torch dtype."""
+    import torch
+
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype):
+        raise ModelLoadError(f"dtype={dtype!r} is not a torch dtype; use e.g. 'float32', "
+                             "'bfloat16', 'float16' or None")
+    return value
+
+
+def load_model(path: str | Path, device: str = "cpu", dtype=None):
+    """Return ``(model, tokenizer)`` from a local Hugging Face folder, model in eval mode.
+
+    The tokenizer always has a pad token (the eos token when the folder defines none), since
+    batched generation and training pad.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ModelLoadError(
+            f"model folder {str(folder)!r} does not exist; models load from a local folder only "
+            "(nothing is downloaded). Create one with `mgrpo models init-tiny --out DIR` or "
+            "copy a Hugging Face model folder there")
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"{str(folder)!r} has no config.json, so it is not a Hugging Face model folder; "
+            "point at the folder that holds config.json and the weights")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, dtype=resolve_dtype(dtype))
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load the model in {str(folder)!r}: {exc}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device).eval()
+    return model, tokenizer
