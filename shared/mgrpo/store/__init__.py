@@ -1,1 +1,24 @@
+"""The stats store (SQLAlchemy 2 + Alembic): how decoupled trainers exchange rewards and
+group statistics. ``Store(url).upgrade()`` then the methods in docs/store.md."""
 
+from mgrpo.store.records import (
+    AgentRecord,
+    CheckpointRecord,
+    DCount,
+    GroupStatIn,
+    GroupStatRecord,
+    PlannerOutcomeIn,
+    PlannerOutcomeRecord,
+    QueryRecord,
+    RolloutRecord,
+    RoundProgress,
+    RoundRecord,
+    RunRecord,
+)
+from mgrpo.store.store import Store
+
+__all__ = [
+    "AgentRecord", "CheckpointRecord", "DCount", "GroupStatIn", "GroupStatRecord",
+    "PlannerOutcomeIn", "PlannerOutcomeRecord", "QueryRecord", "RolloutRecord",
+    "RoundProgress", "RoundRecord", "RunRecord", "Store",
+]

@@ -1,0 +1,136 @@
+"""Typed rows the store returns and takes (pydantic), so callers never touch ORM objects.
+
+What this module does NOT do: persistence (``mgrpo.store.store``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RoundStatus = Literal["pending", "running", "training", "done", "failed", "cancelled"]
+TERMINAL_ROUND_STATUSES = frozenset({"done", "failed", "cancelled"})
+RolloutStatus = Literal["pending", "running", "completed"]
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every datetime we store is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utc(cls, value):
+        return as_utc(value) if isinstance(value, datetime) else value
+
+
+class QueryRecord(_Record):
+    query_id: str
+    question: str | None = None
+    answer: str | None = None
+    meta: dict = Field(default_factory=dict)
+
+
+class RunRecord(_Record):
+    run_id: str
+    name: str
+    status: str
+    config: dict
+    created_at: datetime
+
+
+class RoundRecord(_Record):
+    round_id: str
+    run_id: str
+    index: int
+    k: int
+    status: RoundStatus
+    config: dict
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+class RolloutRecord(_Record):
+    round_id: str
+    query_id: str
+    rollout: int
+    status: RolloutStatus
+    attempts: int
+    completed_attempt: int | None = None
+
+
+class RoundProgress(_Record):
+    total: int
+    completed: int
+
+    @property
+    def done(self) -> bool:
+        return self.total > 0 and self.completed == self.total
+
+
+class PlannerOutcomeIn(_Record):
+    """One planner score (SPEC 1.2): ``reward = a1*format + a2*correct`` if format_ok else 0."""
+
+    query_id: str
+    rollout: int = Field(ge=0)
+    attempt: int = Field(ge=0)
+    format_ok: bool
+    correct: float = Field(ge=0.0, le=1.0)
+    reward: float
+
+
+class PlannerOutcomeRecord(PlannerOutcomeIn):
+    round_id: str
+
+
+class GroupStatIn(_Record):
+    """Statistics of one advantage group: population mean/std of its n rewards (Eq. 6-13)."""
+
+    group_key: str
+    n: int = Field(ge=0)
+    mean: float
+    std: float = Field(ge=0.0)
+
+
+class GroupStatRecord(GroupStatIn):
+    round_id: str
+    model: str
+    agent: str
+    published_by: str
+    created_at: datetime
+
+
+class DCount(_Record):
+    """d_k: how many times rollout ``rollout`` of ``query_id`` called one sub-agent type."""
+
+    query_id: str
+    rollout: int = Field(ge=0)
+    d: int = Field(ge=0)
+
+
+class CheckpointRecord(_Record):
+    model: str
+    version: int
+    uri: str
+    sha256: str
+    round_id: str | None = None
+    created_at: datetime
+
+
+class AgentRecord(_Record):
+    name: str
+    tool: str | None
+    description: str
+    queue: str
+    model: str
+    registered_at: datetime
+    heartbeat_at: datetime

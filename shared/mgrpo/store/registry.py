@@ -1,0 +1,105 @@
+"""Checkpoints, the agent registry, processed message ids and metrics.
+
+What this module does NOT do: write checkpoint files (``mgrpo.models``) or serve metrics
+(the planner's ``/metrics``): it only records what happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from mgrpo.store.base import StoreBase
+from mgrpo.store.models import Agent, Checkpoint, Metric, ProcessedMessage, utcnow
+from mgrpo.store.records import AgentRecord, CheckpointRecord
+
+
+class RegistryMixin(StoreBase):
+    def record_checkpoint(self, model: str, version: int, uri: str, sha256: str,
+                          round_id: str | None = None) -> bool:
+        """Record a written checkpoint; False if (model, version) was already recorded."""
+        if len(sha256) != 64:
+            raise ValueError(f"sha256 {sha256!r} of {model} v{version} is not a 64-character "
+                             "hex digest; pass hashlib.sha256(...).hexdigest()")
+        stmt = self._insert(Checkpoint).values(model=model, version=version, uri=uri,
+                                               sha256=sha256, round_id=round_id,
+                                               created_at=utcnow())
+        with self._tx() as session:
+            return session.execute(stmt.on_conflict_do_nothing(
+                index_elements=["model", "version"])).rowcount == 1
+
+    def latest_checkpoint(self, model: str) -> CheckpointRecord | None:
+        stmt = (select(Checkpoint).where(Checkpoint.model == model)
+                .order_by(Checkpoint.version.desc()).limit(1))
+        with self._tx() as session:
+            row = session.scalars(stmt).first()
+            return CheckpointRecord.model_validate(row) if row else None
+
+    def list_checkpoints(self, model: str | None = None) -> list[CheckpointRecord]:
+        stmt = select(Checkpoint).order_by(Checkpoint.model, Checkpoint.version)
+        if model is not None:
+            stmt = stmt.where(Checkpoint.model == model)
+        with self._tx() as session:
+            return [CheckpointRecord.model_validate(row) for row in session.scalars(stmt)]
+
+    def register_agent(self, name: str, model: str, queue: str, tool: str | None = None,
+                       description: str = "") -> None:
+        """Register (or re-register, updating every field) an agent; also a heartbeat."""
+        now = utcnow()
+        stmt = self._insert(Agent).values(name=name, model=model, queue=queue, tool=tool,
+                                          description=description, registered_at=now,
+                                          heartbeat_at=now)
+        with self._tx() as session:
+            session.execute(stmt.on_conflict_do_update(
+                index_elements=["name"],
+                set_={field: getattr(stmt.excluded, field)
+                      for field in ("model", "queue", "tool", "description", "heartbeat_at")}))
+
+    def heartbeat(self, name: str) -> bool:
+        """Stamp the agent alive now; False if no agent of that name is registered."""
+        stmt = update(Agent).where(Agent.name == name).values(heartbeat_at=utcnow())
+        with self._tx() as session:
+            return session.execute(stmt).rowcount == 1
+
+    def list_agents(self, alive_within_s: float | None = None) -> list[AgentRecord]:
+        """Registered agents by name; with ``alive_within_s`` only those heard from since."""
+        stmt = select(Agent).order_by(Agent.name)
+        if alive_within_s is not None:
+            stmt = stmt.where(Agent.heartbeat_at >= utcnow() - timedelta(seconds=alive_within_s))
+        with self._tx() as session:
+            return [AgentRecord.model_validate(row) for row in session.scalars(stmt)]
+
+    def claim_message(self, key: str, consumer: str = "") -> bool:
+        """Record a message (idempotency) key as processed; True the first time only."""
+        stmt = self._insert(ProcessedMessage).values(key=key, consumer=consumer,
+                                                     processed_at=utcnow())
+        with self._tx() as session:
+            return session.execute(stmt.on_conflict_do_nothing(
+                index_elements=["key"])).rowcount == 1
+
+    def message_seen(self, key: str) -> bool:
+        with self._tx() as session:
+            return session.get(ProcessedMessage, key) is not None
+
+    def record_metrics(self, run_id: str, round_id: str, metrics: Mapping[str, float]) -> None:
+        """Upsert metrics of one round (keys ``"{agent}/{quantity}"``, docs/metrics.md)."""
+        with self._tx() as session:
+            for key, value in metrics.items():
+                stmt = self._insert(Metric).values(run_id=run_id, round_id=round_id, key=key,
+                                                   value=float(value), created_at=utcnow())
+                session.execute(stmt.on_conflict_do_update(
+                    index_elements=["run_id", "round_id", "key"],
+                    set_={"value": stmt.excluded.value, "created_at": stmt.excluded.created_at}))
+
+    def metrics(self, run_id: str, round_id: str | None = None) -> dict[str, dict[str, float]]:
+        """``{round_id: {key: value}}`` of a run, rounds in the order they were recorded."""
+        stmt = select(Metric).where(Metric.run_id == run_id).order_by(Metric.id)
+        if round_id is not None:
+            stmt = stmt.where(Metric.round_id == round_id)
+        result: dict[str, dict[str, float]] = {}
+        with self._tx() as session:
+            for row in session.scalars(stmt):
+                result.setdefault(row.round_id, {})[row.key] = row.value
+        return result
