@@ -1,1 +1,57 @@
+"""The math of M-GRPO and AT-GRPO: pure tensor functions (torch, numpy, pydantic only).
 
+- ``rewards``: reward composition with the format gate (SPEC 1.2, Eq. 4-5), AT-GRPO turn reward
+- ``groups``: group statistics, group-relative advantages, DAPO filter, greedy choice
+- ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
+- ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
+- ``loss``: token-level clipped policy loss, KL estimators, the one aggregation function
+
+No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
+"""
+
+from mgrpo.algo.alignment import AlignedSlots, align_batch, align_subagents, auto_d
+from mgrpo.algo.estimators import (
+    AlignedAdvantages,
+    GroupAdvantages,
+    MGRPOAdvantages,
+    SubagentRollouts,
+    at_grpo_advantages,
+    at_grpo_group_ids,
+    call_counts,
+    dr_grpo_advantages,
+    estimator_names,
+    get_estimator,
+    grpo_advantages,
+    mgrpo_advantages,
+    planner_advantages,
+    register_estimator,
+    subagent_advantages,
+)
+from mgrpo.algo.groups import (
+    GroupStats,
+    advantages_from_stats,
+    dynamic_sampling_mask,
+    greedy_choice,
+    group_advantages,
+    group_stats,
+)
+from mgrpo.algo.loss import AGG_MODES, KL_ESTIMATORS, aggregate_loss, kl_divergence, policy_loss
+from mgrpo.algo.rewards import (
+    PLANNER_WEIGHTS,
+    SUBAGENT_WEIGHTS,
+    mix_turn_reward,
+    planner_reward,
+    subagent_reward,
+)
+
+__all__ = [
+    "AGG_MODES", "KL_ESTIMATORS", "PLANNER_WEIGHTS", "SUBAGENT_WEIGHTS",
+    "AlignedAdvantages", "AlignedSlots", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
+    "SubagentRollouts",
+    "advantages_from_stats", "aggregate_loss", "align_batch", "align_subagents",
+    "at_grpo_advantages", "at_grpo_group_ids", "auto_d", "call_counts", "dr_grpo_advantages",
+    "dynamic_sampling_mask", "estimator_names", "get_estimator", "greedy_choice",
+    "group_advantages", "group_stats", "grpo_advantages", "kl_divergence", "mgrpo_advantages",
+    "mix_turn_reward", "planner_advantages", "planner_reward", "policy_loss",
+    "register_estimator", "subagent_advantages", "subagent_reward",
+]
