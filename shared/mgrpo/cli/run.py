@@ -1,9 +1,85 @@
-"""Top-level workflow commands: sft, train, eval, ablate, plot, demo, up."""
+"""Top-level workflow commands: train, eval, plot, demo, ablate, up.
+
+Thin: parse options, call ``mgrpo.training``; heavy imports inside the commands.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
 
+def _parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise typer.BadParameter(f"--set {item!r}: expected key=value, e.g. k=4")
+        key, value = item.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False,
+                                      help="YAML run config (docs/configuration.md)."),
+          resume: bool = typer.Option(False, help="Continue from the last complete round."),
+          set_: list[str] = typer.Option([], "--set", help="Override, e.g. --set k=4"),
+          ) -> None:
+    """Train a multi-agent system in embedded mode per a YAML run config."""
+    from mgrpo.training.config import load_run_config
+    from mgrpo.training.loop import run_training
+    from mgrpo.training.plots import plot_run
+
+    cfg = load_run_config(config, _parse_overrides(set_))
+    result = run_training(cfg, resume=resume)
+    plot_run(cfg.out_dir)
+    typer.echo(json.dumps({"out_dir": str(result.out_dir), "rounds": result.rounds,
+                           "before": result.before, "after": result.after,
+                           "wall_s": round(result.wall_s, 1)}, indent=2))
+
+
+def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),
+          split: str = typer.Option("test", help="train, dev or test"),
+          n: int = typer.Option(200, help="Questions to evaluate."),
+          greedy: bool = typer.Option(True, help="Greedy (T=0) or sampled decoding."),
+          out: Path | None = typer.Option(None, help="Write the JSON here too."),
+          set_: list[str] = typer.Option([], "--set")) -> None:
+    """Evaluate: accuracy, format validity, calls per sub-agent, tokens per answer (JSON)."""
+    from mgrpo.training.config import load_run_config
+    from mgrpo.training.evaluate import evaluate
+    from mgrpo.training.system import build_system
+
+    cfg = load_run_config(config, _parse_overrides(set_))
+    system = build_system(cfg)
+    questions = system.bench.questions(split)[:n]
+    if not questions:
+        raise typer.BadParameter(f"split {split!r} has no questions in {cfg.bench_dir}")
+    result = evaluate(system, questions, greedy=greedy)
+    text = json.dumps(result, indent=2, sort_keys=True)
+    if out:
+        out.write_text(text)
+    typer.echo(text)
+
+
+def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,
+                                    help="A run folder (holds metrics.csv)."),
+         out: Path | None = typer.Option(None, help="Folder for the PNGs (default RUN/plots).")
+         ) -> None:
+    """Write reward/accuracy/loss/time curves of a run as PNGs."""
+    from mgrpo.training.plots import plot_run
+
+    if not (run / "metrics.csv").exists():
+        raise typer.BadParameter(f"{run} has no metrics.csv; is it a run folder?")
+    for path in plot_run(run, out):
+        typer.echo(str(path))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the workflow commands to the root app."""
+    app.command("train")(train)
+    app.command("eval")(eval_)
+    app.command("plot")(plot)

@@ -1,0 +1,128 @@
+"""The run configuration: one YAML file, every option documented here.
+
+``mgrpo train --config FILE`` reads it; ``mgrpo.training.config.load_run_config`` validates it
+and rejects bad combinations with a message that names the value, the rule and the fix.
+Process settings (URLs, tokens, devices) are not here: see ``mgrpo.config.Settings``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, model_validator
+
+Algorithm = Literal["mgrpo", "at_grpo", "grpo"]
+
+
+class RewardWeights(BaseModel):
+    """SPEC 1.2 (paper Eq. 4-5). Planner: a = (format, correct); sub-agent: b = (format,
+    correct_main, expert)."""
+
+    planner: tuple[float, float] = (0.1, 0.9)
+    subagent: tuple[float, float, float] = (0.1, 0.4, 0.5)
+
+
+class LossConfig(BaseModel):
+    """SPEC 1.4. ``agg``: token-mean (DAPO, default) weighs every token equally;
+    seq-mean-token-mean (original GRPO) weighs every sequence equally, so short answers pull
+    harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of both."""
+
+    eps_low: float = Field(0.2, gt=0)
+    eps_high: float = Field(0.28, gt=0)
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0, description="KL to the frozen warm-start model; 0 = off.")
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    scale: Literal["std", "none"] = Field(
+        "std", description="std: GRPO advantage (r-mu)/(sigma+eps). none: Dr. GRPO, r-mu.")
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal (no signal).")
+    eps: float = 1e-6
+
+
+class ModelConfig(BaseModel):
+    """One trainable model. Several agents may share one model (``agents`` mapping)."""
+
+    path: str = Field(description="Local HF folder (or checkpoint) to start from.")
+    lr: float = Field(2e-4, gt=0, description="Adam lr. Calibrated: 2e-4 stable on tiny "
+                      "models; 5e-4 collapsed (SPEC 3).")
+    grad_clip: float = 1.0
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per round (one epoch).")
+    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward.")
+    trainable: bool = Field(True, description="False freezes it (main-only ablation).")
+
+
+class SamplingConfig(BaseModel):
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    planner_max_turns: int = 5
+    subagent_max_turns: int = 3
+    max_new_tokens: int = 32  # per turn
+
+
+class StageConfig(BaseModel):
+    """A curriculum stage (SPEC 1.6): which training questions, for how many rounds.
+    ``max_success``: keep only queries whose success rate under the system at the start of
+    the stage is below this threshold (1.0 = keep all)."""
+
+    stage: int | None = Field(1, description="Benchmark stage (1 easy, 2 hard, None all).")
+    rounds: int = Field(10, ge=0)
+    max_success: float = Field(1.0, gt=0, le=1.0)
+    filter_samples: int = Field(4, ge=1, description="Rollouts per query for the filter.")
+
+
+class RunConfig(BaseModel):
+    name: str = "run"
+    seed: int = 0
+    algorithm: Algorithm = Field(
+        "mgrpo", description="mgrpo: planner + sub-agents, per-agent groups with alignment. "
+        "at_grpo: tree sampling, groups (query, agent, turn). grpo: single agent, the planner "
+        "calls the tools itself.")
+    agents: dict[str, str] = Field(
+        default_factory=lambda: {"planner": "planner", "searcher": "searcher",
+                                 "coder": "coder"},
+        description="agent role -> model name. Map several roles to one model to share it.")
+    models: dict[str, ModelConfig]
+    k: int = Field(8, ge=2, description="Rollouts per query (paper: 8).")
+    queries_per_round: int = Field(16, ge=1)
+    d: int | Literal["auto"] = Field(
+        "auto", description="Sub-agent alignment slots per rollout; auto = 99th pct of d_k.")
+    rewards: RewardWeights = Field(default_factory=RewardWeights)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig()])
+    at_grpo_alpha: float = Field(1.0, description="AT-GRPO turn reward r = alpha*r_team + r_local")
+    eval_questions: int = Field(200, ge=1, description="Held-out (test split) questions.")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N rounds (0 = start/end).")
+    bench_dir: str = "runs/bench"
+    out_dir: str = "runs/run"
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        missing = sorted(set(self.agents.values()) - set(self.models))
+        if missing:
+            raise ValueError(f"agents map to models {missing} that are not in `models` "
+                             f"(have {sorted(self.models)}); add them under `models:`.")
+        if "planner" not in self.agents:
+            raise ValueError("`agents` must map the role `planner` to a model.")
+        if self.loss.eps_low >= 1:
+            raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
+        return self
+
+    def trained_models(self) -> list[str]:
+        used = dict.fromkeys(self.agents.values())
+        return [m for m in used if self.models[m].trainable]
+
+
+def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
+    """Read a YAML run config; ``overrides`` (dotted keys) win over the file."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return RunConfig.model_validate(data)

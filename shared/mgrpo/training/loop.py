@@ -1,0 +1,227 @@
+"""The embedded training loop: rounds of collect -> score -> store -> train -> checkpoint.
+
+Every round goes through the stats store exactly as in distributed mode: the planner side
+writes its outcomes, every trajectory is ingested, and each model's trainer reads back ONLY
+its own model's trajectories and the planner outcomes, publishes its group statistics, and
+updates. State needed to resume (last complete round, weights, optimizer moments) is
+checkpointed atomically after each round; every random choice is a pure function of
+(seed, round), so a resumed run repeats what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from mgrpo.training.config import RunConfig
+from mgrpo.training.evaluate import evaluate
+from mgrpo.training.metrics import MetricsLogger
+from mgrpo.training.rounds import collect, sample_questions, score, train_model
+from mgrpo.training.scoring import d_counts
+from mgrpo.training.system import System, build_system, out_path
+
+STATE_FILE = "state.json"
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    before: dict[str, float] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+    rounds: int = 0
+    wall_s: float = 0.0
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _save_state(system: System, round_index: int) -> None:
+    from mgrpo.models.checkpoint import save_checkpoint
+
+    ckpt_root = str(out_path(system.cfg, "checkpoints", "x").parent)
+    for lm in system.models.values():
+        if lm.optimizer is None:
+            continue
+        save_checkpoint(lm.model, ckpt_root, lm.name, round_index + 1,
+                        extra={"round": round_index})
+        torch.save(lm.optimizer.state_dict(), out_path(system.cfg, "optim", f"{lm.name}.pt.tmp"))
+        os.replace(out_path(system.cfg, "optim", f"{lm.name}.pt.tmp"),
+                   out_path(system.cfg, "optim", f"{lm.name}.pt"))
+        lm.version = round_index + 1
+        lm.engine.version = lm.version
+    _write_json_atomic(out_path(system.cfg, STATE_FILE), {"completed_rounds": round_index + 1})
+
+
+def _restore_state(system: System) -> int:
+    """Load the last complete round's weights and optimizer state; returns rounds done."""
+    from mgrpo.models.checkpoint import load_checkpoint
+
+    state_path = out_path(system.cfg, STATE_FILE)
+    if not state_path.exists():
+        return 0
+    done = json.loads(state_path.read_text())["completed_rounds"]
+    ckpt_root = str(out_path(system.cfg, "checkpoints", "x").parent)
+    for lm in system.models.values():
+        if lm.optimizer is None:
+            continue
+        load_checkpoint(ckpt_root, lm.name, version=done, model=lm.model)
+        lm.optimizer.load_state_dict(torch.load(out_path(system.cfg, "optim", f"{lm.name}.pt")))
+        lm.version = lm.engine.version = done
+    return done
+
+
+def stage_schedule(cfg: RunConfig) -> list[tuple[int, int]]:
+    """(stage index, global round index) for every round of the run."""
+    out, g = [], 0
+    for s, stage in enumerate(cfg.stages):
+        for _ in range(stage.rounds):
+            out.append((s, g))
+            g += 1
+    return out
+
+
+def stage_pool(system: System, stage_index: int) -> list:
+    """Training questions of a stage, difficulty-filtered when ``max_success`` < 1 (SPEC
+    1.6): keep queries the current system solves less often than the threshold."""
+    stage = system.cfg.stages[stage_index]
+    pool = system.bench.questions("train", stage=stage.stage)
+    if stage.max_success >= 1.0:
+        return pool
+    episodes = collect(system, f"filter-{stage_index}", pool, k=stage.filter_samples,
+                       seed=system.cfg.seed)
+    success: dict[str, list[float]] = {}
+    for ep, outcome in zip(episodes, score(system, episodes), strict=True):
+        success.setdefault(ep.job.question.id, []).append(outcome.correct)
+    kept = [q for q in pool if sum(success[q.id]) / len(success[q.id]) < stage.max_success]
+    return kept or pool
+
+
+def run_round(system: System, store, run_id: str, round_index: int, pool: list) -> dict:
+    cfg = system.cfg
+    round_id = f"{run_id}-r{round_index:04d}"
+    questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
+    store.create_round(run_id, round_id, round_index, [q.id for q in questions], cfg.k,
+                       cfg.model_dump(mode="json"))
+    t0 = time.perf_counter()
+    episodes = collect(system, round_id, questions, cfg.k, cfg.seed)
+    t1 = time.perf_counter()
+    outcomes = score(system, episodes)
+    ingest_episodes(store, round_id, episodes, outcomes)
+    t2 = time.perf_counter()
+    metrics: dict[str, float] = {}
+    outcome_map = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
+    keys = [(q.id, r) for q in questions for r in range(cfg.k)]
+    for lm in system.models.values():
+        roles = [r for r, m in cfg.agents.items() if m == lm.name]
+        trajs = store.round_trajectories(round_id, lm.name)
+        for role in roles:
+            if role != "planner":
+                store.record_d_counts(role, round_id,
+                                      d_counts([t for t in trajs if t.agent == role], keys))
+        d_seen = {r: store.d_counts(r) for r in roles if r != "planner"}
+        model_metrics, stats = train_model(lm, roles, trajs, outcome_map, cfg, system.judge,
+                                           d_seen, round_index)
+        publish_stats(store, round_id, lm.name, stats)
+        metrics.update(model_metrics)
+    t3 = time.perf_counter()
+    _save_state(system, round_index)
+    t4 = time.perf_counter()
+    n = max(len(outcomes), 1)
+    metrics.update({
+        "planner/accuracy": sum(o.correct for o in outcomes) / n,
+        "planner/format_valid": sum(o.format_ok for o in outcomes) / n,
+        "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1, "time/update_s": t3 - t2,
+        "time/weight_sync_s": t4 - t3,
+        "throughput/tokens_per_s": sum(sum(t.response_mask) for ep in episodes
+                                       for t in [ep.planner, *ep.subagents]) / max(t1 - t0, 1e-9),
+    })
+    for role, calls in _calls(episodes).items():
+        metrics[f"{role}/calls_per_episode"] = calls / n
+    store.record_metrics(run_id, round_id, metrics)
+    store.set_round_status(round_id, "done")
+    return metrics
+
+
+def ingest_episodes(store, round_id: str, episodes, outcomes) -> None:
+    """The planner side's hand-off: outcomes and trajectories into the store, then each
+    rollout marked complete with the attempt that produced them (SPEC 2.2 step 3)."""
+    for ep, outcome in zip(episodes, outcomes, strict=True):
+        attempt = store.begin_attempt(round_id, ep.job.question.id, ep.job.rollout)
+        if attempt is None:  # completed before a crash: its stored attempt stays the one
+            continue
+        ep_trajs = [ep.planner, *ep.subagents]
+        for traj in ep_trajs:
+            traj.attempt = attempt
+        store.write_planner_outcomes(round_id, [outcome.model_copy(update={"attempt": attempt})])
+        store.ingest_trajectories(ep_trajs)
+        store.complete_rollout(round_id, ep.job.question.id, ep.job.rollout, attempt)
+
+
+def publish_stats(store, round_id: str, model: str, stats) -> None:
+    from mgrpo.store import GroupStatIn
+
+    for agent in sorted({s.agent for s in stats}):
+        rows = [GroupStatIn(group_key=s.group_key, n=s.n, mean=s.mean, std=s.std)
+                for s in stats if s.agent == agent]
+        store.publish_group_stats(round_id, model, agent, rows, published_by=f"trainer-{model}")
+
+
+def _calls(episodes) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for ep in episodes:
+        for role, n in ep.calls_per_role.items():
+            out[role] = out.get(role, 0) + n
+    return out
+
+
+def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
+                 stop_after: int | None = None) -> RunResult:
+    """Train per ``cfg`` in this process. ``stop_after`` ends early (tests of resume)."""
+    from mgrpo.store import Store
+
+    started = time.perf_counter()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    system = build_system(cfg)
+    store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
+    store.upgrade()
+    store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
+    logger = MetricsLogger(Path(cfg.out_dir), enabled=progress)
+    done = _restore_state(system) if resume else 0
+    result = RunResult(out_dir=Path(cfg.out_dir))
+    test = system.bench.questions("test")[: cfg.eval_questions]
+    if done == 0:
+        result.before = _eval_both(system, test, logger, "before")
+    schedule = stage_schedule(cfg)
+    pools: dict[int, list] = {}
+    for stage_index, round_index in logger.progress(schedule[done:], desc="rounds"):
+        if stop_after is not None and round_index >= stop_after:
+            break
+        if stage_index not in pools:
+            pools[stage_index] = stage_pool(system, stage_index)
+        metrics = run_round(system, store, cfg.name, round_index, pools[stage_index])
+        logger.log(round_index, metrics)
+        if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0:
+            logger.log(round_index, evaluate(system, test, greedy=True))
+        result.rounds = round_index + 1
+    else:
+        result.after = _eval_both(system, test, logger, "after")
+    result.wall_s = time.perf_counter() - started
+    logger.close()
+    return result
+
+
+def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str) -> dict:
+    out = {}
+    for greedy in (False, True):
+        out.update(evaluate(system, test, greedy=greedy))
+    _write_json_atomic(out_path(system.cfg, f"eval_{tag}.json"), out)
+    logger.note(tag, out)
+    return out

@@ -1,0 +1,96 @@
+"""The steps of one training round (SPEC 2.2), shared by embedded mode and the services.
+
+1. :func:`collect` plays B queries x K rollouts.
+2. :func:`score` turns each episode into the planner's outcome (what the store holds and the
+   sub-agent trainers read back).
+3. :func:`train_model` is one trainer's whole job for one model and round: rewards, group
+   statistics (returned, for the store), alignment, advantages, update.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import torch
+
+from mgrpo.algo import auto_d
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
+from mgrpo.training.scoring import (GroupStat, PlannerOutcome, Sample, planner_samples,
+                                    score_episode, subagent_rewards, subagent_samples)
+from mgrpo.training.update import policy_update
+from mgrpo.types import Trajectory
+
+
+def sample_questions(pool: list, n: int, seed: int, round_index: int) -> list:
+    """B questions for a round, a pure function of (seed, round) so a resumed run repeats it."""
+    rng = random.Random(mix_seed(seed, "round", round_index))
+    return rng.sample(pool, min(n, len(pool)))
+
+
+def collect(system, round_id: str, questions: list, k: int, seed: int, attempt: int = 0,
+            greedy: bool = False) -> list[Episode]:
+    jobs = [EpisodeJob(q, round_id, r, mix_seed(seed, round_id, q.id, r), attempt)
+            for q in questions for r in range(k)]
+    return system.runner(greedy).run(jobs, greedy=greedy)
+
+
+def score(system, episodes: list[Episode]) -> list[PlannerOutcome]:
+    out = []
+    for ep in episodes:
+        correct, reward = score_episode(ep.answer, ep.format_ok, ep.job.question.answer,
+                                        system.verifier, system.cfg.rewards.planner)
+        out.append(PlannerOutcome(query_id=ep.job.question.id, rollout=ep.job.rollout,
+                                  attempt=ep.job.attempt, format_ok=ep.format_ok,
+                                  correct=correct, reward=reward))
+    return out
+
+
+def choose_d(cfg: RunConfig, observed: list[int]) -> int:
+    """SPEC 1.3: a fixed d, or auto: the 99th percentile of observed d_k (>= 1)."""
+    if cfg.d != "auto":
+        return int(cfg.d)
+    return int(auto_d(torch.tensor(observed or [1]), quantile=0.99))
+
+
+def train_model(lm, roles: list[str], trajs: list[Trajectory],
+                outcomes: dict[tuple[str, int], PlannerOutcome], cfg: RunConfig, judge,
+                d_observed: dict[str, list[int]], round_index: int
+                ) -> tuple[dict[str, float], list[GroupStat]]:
+    """One trainer's round for model ``lm`` (which may serve several ``roles``)."""
+    by_role: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_role[t.agent].append(t)
+    samples: list[Sample] = []
+    stats: list[GroupStat] = []
+    metrics: dict[str, float] = {}
+    for role in roles:
+        role_trajs = by_role.get(role, [])
+        if role == "planner":
+            role_samples, role_stats = planner_samples(role_trajs, outcomes, cfg)
+        else:
+            rewards = subagent_rewards(role_trajs, outcomes, judge, cfg.rewards.subagent)
+            d = choose_d(cfg, d_observed.get(role, []))
+            metrics[f"{role}/d"] = float(d)
+            role_samples, role_stats = subagent_samples(
+                role_trajs, rewards, cfg.k, d, cfg, seed=mix_seed(cfg.seed, role, round_index))
+        if cfg.loss.dynamic_sampling:
+            flat = {s.group_key for s in role_stats if s.std == 0}
+            role_samples = [s for s in role_samples if s.trajectory.query_id not in flat]
+        samples += role_samples
+        stats += role_stats
+        if role_samples:
+            rewards_t = torch.tensor([s.reward for s in role_samples])
+            adv_t = torch.tensor([s.advantage for s in role_samples])
+            metrics[f"{role}/reward_mean"] = float(rewards_t.mean())
+            metrics[f"{role}/reward_std"] = float(rewards_t.std(unbiased=False))
+            metrics[f"{role}/adv_abs_mean"] = float(adv_t.abs().mean())
+            metrics[f"{role}/samples"] = float(len(role_samples))
+    if lm.optimizer is not None and samples:
+        mcfg = cfg.models[lm.name]
+        generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
+        update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
+                               pad_id=lm.tokenizer.pad_token_id, generator=generator)
+        metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
+    return metrics, stats

@@ -1,0 +1,107 @@
+"""Assemble a runnable multi-agent system from a run config: models, engines, tools, runner.
+
+Embedded mode builds everything in this process; every model is loaded once and shared by
+its engine (sampling) and its trainer (updates), so "weight sync" is a version bump. The
+services build the same pieces, one model per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mgrpo.envs import load_benchmark
+from mgrpo.envs import protocol as P
+from mgrpo.envs.rewards import ExactMatchVerifier, RuleExpertJudge
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
+from mgrpo.training.subagents import LocalSubagentPool
+
+# The built-in roles and their tools; user sub-agents are added through the config's
+# `agents` mapping plus mgrpo.tools' registry (docs/extending.md).
+ROLE_TOOLS = {"searcher": "search", "coder": "python"}
+ROLE_DESCRIPTIONS = {"searcher": "looks up facts", "coder": "runs python"}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: torch.nn.Module
+    tokenizer: Any
+    engine: Any
+    optimizer: torch.optim.Optimizer | None = None
+    version: int = 0
+
+
+@dataclass
+class System:
+    cfg: RunConfig
+    bench: Any
+    models: dict[str, LoadedModel]
+    tools: dict[str, Any]
+    runtimes: dict[str, AgentRuntime]
+    verifier: Any
+    judge: Any
+    extras: dict = field(default_factory=dict)
+
+    def runner(self, greedy: bool = False) -> EpisodeRunner:
+        planner = self.runtimes["planner"]
+        subs = {r: rt for r, rt in self.runtimes.items() if r != "planner"}
+        if self.cfg.algorithm == "grpo":  # single agent: the planner plays every role
+            return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
+                                 inline_tools={r: self.tools[r] for r in subs})
+        return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
+                             dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy))
+
+    def cards(self) -> list:
+        return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r))
+                for r in self.runtimes if r != "planner"]
+
+
+def build_tools(bench: Any, roles: list[str], sandbox: Any = None) -> dict[str, Any]:
+    from mgrpo.sandbox.local import LocalSandbox
+    from mgrpo.tools import build_tool
+
+    tools = {}
+    for role in roles:
+        name = ROLE_TOOLS[role]
+        if name == "search":
+            tools[role] = build_tool("search", corpus=bench.corpus)
+        else:
+            tools[role] = build_tool(name, executor=sandbox or LocalSandbox())
+    return tools
+
+
+def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
+    from mgrpo.engines.torch_engine import TorchEngine
+    from mgrpo.models import load_model
+
+    torch.manual_seed(cfg.seed)
+    bench = load_benchmark(cfg.bench_dir)
+    models: dict[str, LoadedModel] = {}
+    for name in dict.fromkeys(cfg.agents.values()):
+        mcfg = cfg.models[name]
+        model, tokenizer = load_model(mcfg.path, device=device)
+        model.eval()
+        engine = TorchEngine(model, tokenizer, device=device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr) if mcfg.trainable else None
+        models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
+    sub_roles = [r for r in cfg.agents if r != "planner"]
+    tools = build_tools(bench, sub_roles, sandbox)
+    runtimes = {}
+    for role, model_name in cfg.agents.items():
+        lm = models[model_name]
+        runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
+                                      tokenizer=lm.tokenizer, tool=tools.get(role),
+                                      description=ROLE_DESCRIPTIONS.get(role, role))
+    return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
+                  verifier=ExactMatchVerifier(), judge=RuleExpertJudge(bench))
+
+
+def out_path(cfg: RunConfig, *parts: str) -> Path:
+    path = Path(cfg.out_dir).joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path

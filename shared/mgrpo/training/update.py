@@ -1,0 +1,95 @@
+"""One model's policy update from its samples (SPEC 1.4): the trainer's inner loop.
+
+Samples are padded once to a common length T, split into ``mini_batches`` optimizer steps,
+each accumulated over micro-batches. Micro-batch losses are re-weighted so the accumulated
+gradient equals the full mini-batch's under every aggregation mode (token-mean: by token
+share; seq-mean modes: by sequence share; T is shared, so Dr. GRPO's B*T normaliser holds).
+Not here: rewards and advantages (``scoring``), checkpoints, transport.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from mgrpo.algo import policy_loss
+from mgrpo.models.logprobs import token_logprobs
+from mgrpo.training.config import LossConfig, ModelConfig
+from mgrpo.training.scoring import Sample
+
+
+def pad_samples(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to (B, T): input_ids, attention_mask, response_mask, old_logprobs, advantages."""
+    width = max(len(s.trajectory.input_ids) for s in samples)
+    batch = len(samples)
+    out = {
+        "input_ids": torch.full((batch, width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(batch, width, dtype=torch.long),
+        "response_mask": torch.zeros(batch, width),
+        "old_logprobs": torch.zeros(batch, width),
+        "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+    }
+    for i, s in enumerate(samples):
+        t = s.trajectory
+        n = len(t.input_ids)
+        out["input_ids"][i, :n] = torch.tensor(t.input_ids)
+        out["attention_mask"][i, :n] = 1
+        out["response_mask"][i, :n] = torch.tensor(t.response_mask, dtype=torch.float32)
+        out["old_logprobs"][i, :n] = torch.tensor(t.old_logprobs)
+    return out
+
+
+def _chunks(n: int, parts: int) -> list[slice]:
+    size = -(-n // parts)
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  samples: list[Sample], model_cfg: ModelConfig, loss_cfg: LossConfig,
+                  pad_id: int, ref_model: torch.nn.Module | None = None,
+                  recompute_old: bool = True, generator: torch.Generator | None = None,
+                  ) -> dict[str, float]:
+    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics."""
+    if not samples:
+        return {}
+    batch = pad_samples(samples, pad_id)
+    order = torch.randperm(len(samples), generator=generator)
+    model.train()
+    if recompute_old:  # the trainer's own forward: robust to sampler/trainer numeric drift
+        with torch.no_grad():
+            batch["old_logprobs"] = token_logprobs(
+                model, batch["input_ids"], batch["attention_mask"],
+                micro_batch_size=model_cfg.micro_batch_size) * batch["response_mask"]
+    ref = None
+    if ref_model is not None and loss_cfg.kl_coef > 0:
+        with torch.no_grad():
+            ref = token_logprobs(ref_model, batch["input_ids"], batch["attention_mask"],
+                                 micro_batch_size=model_cfg.micro_batch_size)
+    totals: dict[str, float] = defaultdict(float)
+    steps = 0
+    for mini in _chunks(len(samples), model_cfg.mini_batches):
+        idx = order[mini]
+        mask = batch["response_mask"][idx]
+        tokens, seqs = mask.sum().clamp(min=1), len(idx)
+        optimizer.zero_grad(set_to_none=True)
+        for micro in _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size)):
+            sel = idx[micro]
+            logp = token_logprobs(model, batch["input_ids"][sel], batch["attention_mask"][sel],
+                                  micro_batch_size=len(sel))
+            m = batch["response_mask"][sel]
+            loss, metrics = policy_loss(
+                logp, batch["old_logprobs"][sel], batch["advantages"][sel], m,
+                eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
+                ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
+                kl_estimator=loss_cfg.kl_estimator)
+            share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
+            (loss * share).backward()
+            for key, value in metrics.items():
+                totals[key] += float(value) * float(share)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
+        optimizer.step()
+        totals["grad_norm"] += float(grad_norm)
+        steps += 1
+    model.eval()
+    return {key: value / steps for key, value in totals.items()}
