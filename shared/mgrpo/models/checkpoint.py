@@ -1,0 +1,205 @@
+"""Versioned, atomic, checksummed checkpoints over fsspec (local paths, ``file://``, ``memory://``,
+object stores).
+
+Layout::
+
+    {root}/{name}/v{version:06d}/
+        model.safetensors          full weights (tied duplicates stored once, see "aliases")
+        config.json                full weights only: with the tokenizer files the version
+                                   directory is itself a Hugging Face folder (load_model works)
+        adapter_model.safetensors  LoRA only (peft adapter weights) + adapter_config.json
+        tokenizer files            when a tokenizer is given
+        manifest.json              written LAST: name, version, kind, sha256 + size per file
+
+Atomicity: everything is written under ``{root}/{name}/.tmp-v{version}-{uuid}/`` and the folder
+is renamed into place at the end. A writer killed at any point leaves either no version
+directory or a complete one; :func:`latest_version` only counts directories with a manifest,
+and loading re-hashes every file, so a torn or corrupted checkpoint raises
+:class:`CheckpointError` and is never loaded.
+
+What it does NOT do: optimizer state, garbage-collect old versions or stale ``.tmp-*``
+folders, or lock against two writers of the same version (one trainer owns one model).
+On stores without an atomic rename (``memory://``, S3), ``mv`` is copy-then-delete; the
+manifest check still rejects a torn copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import fsspec
+
+_VERSION_DIR = re.compile(r"^v(\d{6})$")
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or corrupted."""
+
+
+def _fs_and_path(uri: str):
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path.rstrip("/")
+
+
+def version_uri(root_uri: str, name: str, version: int) -> str:
+    """The URI of one version directory (same scheme as ``root_uri``)."""
+    return f"{root_uri.rstrip('/')}/{name}/v{version:06d}"
+
+
+def _dedupe_tied(state: dict) -> tuple[dict, dict[str, str]]:
+    """Drop tensors that share memory with an earlier key (tied embeddings); safetensors
+    refuses shared tensors. Returns (state without duplicates, {dropped_key: kept_key})."""
+    seen: dict[tuple, str] = {}
+    kept, aliases = {}, {}
+    for key, tensor in state.items():
+        ident = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+        if tensor.numel() and ident in seen:
+            aliases[key] = seen[ident]
+            continue
+        seen[ident] = key
+        kept[key] = tensor.detach().cpu().contiguous()
+    return kept, aliases
+
+
+def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, str]]:
+    """The files of a checkpoint as bytes, its kind (full | lora) and its tied aliases."""
+    from safetensors.torch import save as st_save
+
+    from mgrpo.models.lora import adapter_state, is_lora_model
+
+    files: dict[str, bytes] = {}
+    if is_lora_model(model):
+        kind, aliases = "lora", {}
+        state = {k: v.detach().cpu().contiguous() for k, v in adapter_state(model).items()}
+        files["adapter_model.safetensors"] = st_save(state)
+        peft_config = model.peft_config[model.active_adapter].to_dict()
+        files["adapter_config.json"] = json.dumps(peft_config, default=list, indent=2).encode()
+    else:
+        kind = "full"
+        state, aliases = _dedupe_tied(model.state_dict())
+        files["model.safetensors"] = st_save(state)
+        files["config.json"] = model.config.to_json_string().encode()
+    if tokenizer is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer.save_pretrained(tmp)
+            for path in Path(tmp).iterdir():
+                if path.is_file():
+                    files[path.name] = path.read_bytes()
+    return files, kind, aliases
+
+
+def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=None,
+                    extra: dict | None = None, exist_ok: bool = False) -> str:
+    """Write ``model`` (full weights, or only the adapter of a peft LoRA model) as
+    ``{root}/{name}/v{version:06d}`` atomically; return that directory's URI.
+
+    ``extra`` (JSON-serialisable) goes into the manifest. An existing version raises
+    :class:`CheckpointError` unless ``exist_ok`` (then it is replaced, non-atomically).
+    """
+    if version < 0:
+        raise CheckpointError(f"version={version} must be >= 0")
+    fs, root = _fs_and_path(root_uri)
+    final = f"{root}/{name}/v{version:06d}"
+    if fs.exists(f"{final}/{MANIFEST}") and not exist_ok:
+        raise CheckpointError(f"checkpoint {name} v{version} already exists at {final}; "
+                              "save a new version or pass exist_ok=True")
+    files, kind, aliases = _payload_files(model, tokenizer)
+    tmp = f"{root}/{name}/.tmp-v{version:06d}-{uuid.uuid4().hex[:8]}"
+    fs.makedirs(tmp, exist_ok=True)
+    entries = {}
+    for filename, data in files.items():
+        with fs.open(f"{tmp}/{filename}", "wb") as handle:
+            handle.write(data)
+        entries[filename] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    manifest = {"name": name, "version": version, "kind": kind, "files": entries,
+                "aliases": aliases, "created": time.time(), "extra": extra or {}}
+    with fs.open(f"{tmp}/{MANIFEST}", "wb") as handle:
+        handle.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+    if fs.exists(final):
+        fs.rm(final, recursive=True)
+    fs.mv(tmp, final, recursive=True)
+    return version_uri(root_uri, name, version)
+
+
+def list_versions(root_uri: str, name: str) -> list[int]:
+    """Complete versions (a manifest is present), ascending. Partial ``.tmp-*`` are ignored."""
+    fs, root = _fs_and_path(root_uri)
+    base = f"{root}/{name}"
+    if not fs.exists(base):
+        return []
+    versions = []
+    for entry in fs.ls(base, detail=False):
+        match = _VERSION_DIR.match(entry.rstrip("/").rsplit("/", 1)[-1])
+        if match and fs.exists(f"{entry.rstrip('/')}/{MANIFEST}"):
+            versions.append(int(match.group(1)))
+    return sorted(versions)
+
+
+def latest_version(root_uri: str, name: str) -> int | None:
+    """The highest complete version of ``name``, or None when there is none."""
+    versions = list_versions(root_uri, name)
+    return versions[-1] if versions else None
+
+
+def read_checkpoint_dir(uri: str) -> tuple[dict, dict]:
+    """Verify and read one version directory: returns (state_dict, manifest).
+
+    Raises :class:`CheckpointError` when the manifest is missing (an incomplete write) or a
+    file's sha256 or size differs from the manifest (corruption).
+    """
+    from safetensors.torch import load as st_load
+
+    fs, path = _fs_and_path(uri)
+    if not fs.exists(f"{path}/{MANIFEST}"):
+        raise CheckpointError(f"{uri} has no {MANIFEST}: the checkpoint is missing or was not "
+                              "completely written; load another version")
+    manifest = json.loads(fs.cat_file(f"{path}/{MANIFEST}"))
+    blobs = {}
+    for filename, entry in manifest["files"].items():
+        try:
+            data = fs.cat_file(f"{path}/{filename}")
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{uri}: {filename} listed in the manifest is missing") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry["sha256"] or len(data) != entry["size"]:
+            raise CheckpointError(
+                f"{uri}: {filename} is corrupted (sha256 {digest[:12]}..., size {len(data)}; "
+                f"manifest says {entry['sha256'][:12]}..., size {entry['size']}); "
+                "do not use it, load another version")
+        blobs[filename] = data
+    weights = "adapter_model.safetensors" if manifest["kind"] == "lora" else "model.safetensors"
+    state = st_load(blobs[weights])
+    for dropped, kept in manifest.get("aliases", {}).items():
+        state[dropped] = state[kept]
+    return state, manifest
+
+
+def load_checkpoint(root_uri: str, name: str, version: int | None = None, model=None):
+    """Load version ``version`` (default: the latest complete one) of ``name``.
+
+    Returns ``(state_dict, manifest)``, or ``(model, manifest)`` when ``model`` is given:
+    the weights are then loaded into it (strictly for full weights; into the adapter of a peft
+    model for LoRA checkpoints).
+    """
+    if version is None:
+        version = latest_version(root_uri, name)
+        if version is None:
+            raise CheckpointError(f"no complete checkpoint of {name!r} under {root_uri}; "
+                                  "train and save one first")
+    state, manifest = read_checkpoint_dir(version_uri(root_uri, name, version))
+    if model is None:
+        return state, manifest
+    if manifest["kind"] == "lora":
+        from mgrpo.models.lora import load_adapter_state
+
+        load_adapter_state(model, state)
+    else:
+        model.load_state_dict(state, strict=True)
+    return model, manifest
