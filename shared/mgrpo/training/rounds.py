@@ -17,8 +17,15 @@ import torch
 from mgrpo.algo import auto_d
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
-from mgrpo.training.scoring import (GroupStat, PlannerOutcome, Sample, planner_samples,
-                                    score_episode, subagent_rewards, subagent_samples)
+from mgrpo.training.scoring import (
+    GroupStat,
+    PlannerOutcome,
+    Sample,
+    planner_samples,
+    score_episode,
+    subagent_rewards,
+    subagent_samples,
+)
 from mgrpo.training.update import policy_update
 from mgrpo.types import Trajectory
 
@@ -75,9 +82,6 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
             metrics[f"{role}/d"] = float(d)
             role_samples, role_stats = subagent_samples(
                 role_trajs, rewards, cfg.k, d, cfg, seed=mix_seed(cfg.seed, role, round_index))
-        if cfg.loss.dynamic_sampling:
-            flat = {s.group_key for s in role_stats if s.std == 0}
-            role_samples = [s for s in role_samples if s.trajectory.query_id not in flat]
         samples += role_samples
         stats += role_stats
         if role_samples:

@@ -8,13 +8,17 @@ outcomes into training samples with advantages, using only the math in ``mgrpo.a
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
 
-from mgrpo.algo import align_subagents, group_advantages, group_stats
-from mgrpo.algo import planner_reward, subagent_reward
+from mgrpo.algo import (
+    group_stats,
+    planner_advantages,
+    planner_reward,
+    subagent_advantages,
+    subagent_reward,
+)
 from mgrpo.store.records import DCount
 from mgrpo.store.records import PlannerOutcomeIn as PlannerOutcome
 from mgrpo.training.config import RunConfig
@@ -61,52 +65,54 @@ def subagent_rewards(trajs: list[Trajectory], outcomes: dict[tuple[str, int], Pl
     return rewards
 
 
-def _stats(agent: str, rewards: torch.Tensor, group_ids: torch.Tensor,
-           keys: list[str]) -> list[GroupStat]:
-    ids, count, mean, std = group_stats(rewards, group_ids)
+def _stats(agent: str, rewards: torch.Tensor, group_ids: torch.Tensor, keys: list[str],
+           mask: torch.Tensor | None = None) -> list[GroupStat]:
+    stats = group_stats(rewards, group_ids, mask=mask)
     return [GroupStat(agent, keys[int(g)], int(n), float(m), float(s))
-            for g, n, m, s in zip(ids, count, mean, std, strict=True)]
+            for g, n, m, s in zip(*stats, strict=True)]
+
+
+def _index(keys: list[str]) -> dict[str, int]:
+    return {k: i for i, k in enumerate(keys)}
 
 
 def planner_samples(trajs: list[Trajectory], outcomes: dict[tuple[str, int], PlannerOutcome],
                     cfg: RunConfig) -> tuple[list[Sample], list[GroupStat]]:
     """Planner advantages: one group per query over its K rollouts (Eq. 6-8)."""
+    if not trajs:
+        return [], []
     keys = sorted({t.query_id for t in trajs})
-    index = {k: i for i, k in enumerate(keys)}
+    index = _index(keys)
     rewards = torch.tensor([outcomes[(t.query_id, t.rollout)].reward for t in trajs])
     groups = torch.tensor([index[t.query_id] for t in trajs], dtype=torch.long)
-    adv = group_advantages(rewards, groups, scale=cfg.loss.scale, eps=cfg.loss.eps)
-    samples = [Sample(t, float(a), float(r)) for t, a, r in zip(trajs, adv, rewards, strict=True)]
-    return samples, _stats(trajs[0].agent if trajs else "planner", rewards, groups, keys)
+    adv = planner_advantages(rewards, groups, scale=cfg.loss.scale, eps=cfg.loss.eps,
+                             dynamic_sampling=cfg.loss.dynamic_sampling)
+    samples = [Sample(t, float(a), float(r))
+               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
+               if keep]
+    return samples, _stats(trajs[0].agent, rewards, groups, keys)
 
 
 def subagent_samples(trajs: list[Trajectory], rewards: list[float], k: int, d: int,
                      cfg: RunConfig, seed: int) -> tuple[list[Sample], list[GroupStat]]:
-    """Sub-agent advantages for ONE role: per query, align every rollout to d slots
-    (duplicate/drop uniformly, d_k = 0 masked), then group statistics over the query's
-    live slots (Eq. 9-13)."""
-    by_query: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(trajs):
-        by_query[t.query_id].append(i)
-    generator = torch.Generator().manual_seed(seed)
-    slot_traj, slot_group, keys = [], [], []
-    for g, query_id in enumerate(sorted(by_query)):
-        members = by_query[query_id]
-        rollout_index = torch.tensor([trajs[i].rollout for i in members], dtype=torch.long)
-        index, weight = align_subagents(rollout_index, num_rollouts=k, d=d, generator=generator)
-        for j, w in zip(index.tolist(), weight.tolist(), strict=True):
-            if w > 0:
-                slot_traj.append(members[j])
-                slot_group.append(g)
-        keys.append(query_id)
-    if not slot_traj:
+    """Sub-agent advantages for ONE role (Eq. 9-13): per query, every rollout aligned to d
+    slots (duplicate/drop uniformly, d_k = 0 masked), statistics over the live slots. A
+    duplicated trajectory yields two samples, as in the paper."""
+    if not trajs:
         return [], []
-    slot_rewards = torch.tensor([rewards[i] for i in slot_traj])
-    groups = torch.tensor(slot_group, dtype=torch.long)
-    adv = group_advantages(slot_rewards, groups, scale=cfg.loss.scale, eps=cfg.loss.eps)
-    samples = [Sample(trajs[i], float(a), float(r))
-               for i, a, r in zip(slot_traj, adv, slot_rewards, strict=True)]
-    return samples, _stats(trajs[0].agent, slot_rewards, groups, keys)
+    keys = sorted({t.query_id for t in trajs})
+    index = _index(keys)
+    aligned = subagent_advantages(
+        torch.tensor([index[t.query_id] for t in trajs], dtype=torch.long),
+        torch.tensor([t.rollout for t in trajs], dtype=torch.long),
+        torch.tensor(rewards, dtype=torch.float32), num_rollouts=k, d=d,
+        generator=torch.Generator().manual_seed(seed), scale=cfg.loss.scale, eps=cfg.loss.eps,
+        dynamic_sampling=cfg.loss.dynamic_sampling)
+    samples = [Sample(trajs[int(i)], float(a), float(r))
+               for i, a, r, keep in zip(aligned.traj_index, aligned.advantages,
+                                        aligned.rewards, aligned.keep, strict=True) if keep]
+    live = aligned.weight > 0
+    return samples, _stats(trajs[0].agent, aligned.rewards, aligned.group_ids, keys, mask=live)
 
 
 def d_counts(trajs: list[Trajectory], query_rollouts: list[tuple[str, int]]) -> list[DCount]:

@@ -15,8 +15,16 @@ from mgrpo.engines.base import GenerationRequest
 from mgrpo.envs import protocol as P
 from mgrpo.envs import protocol_tokens as T
 from mgrpo.training.config import SamplingConfig
-from mgrpo.training.episodes import (AgentRuntime, SubagentCall, SubagentOutcome,
-                                     TokenContext, encode, mix_seed, sampling_params, stop_ids)
+from mgrpo.training.episodes import (
+    AgentRuntime,
+    SubagentCall,
+    SubagentOutcome,
+    TokenContext,
+    encode,
+    mix_seed,
+    sampling_params,
+    stop_ids,
+)
 from mgrpo.types import Trajectory, trajectory_id
 
 FAILED_RESULT = "none"  # what the planner sees when a sub-agent breaks the protocol
