@@ -1,0 +1,67 @@
+"""The tool-sandbox service: ``POST /v1/execute``, ``/healthz``, ``/metrics``. A thin shell.
+
+All isolation lives in :class:`mgrpo.sandbox.local.LocalSandbox`; the queue in
+:class:`mgrpo.sandbox.service.ConcurrencyGate`. This file only maps HTTP to them: 422 for a
+bad body (FastAPI's validation, each error with its ``msg``), 429 when the queue is full.
+It has no authentication: run it on a private network only (see docs/sandbox.md).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
+from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
+from mgrpo.sandbox.types import ExecRequest, ExecResult
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+
+def create_app(settings: SandboxServiceSettings | None = None,
+               sandbox: LocalSandbox | None = None) -> FastAPI:
+    settings = settings or SandboxServiceSettings()
+    sandbox = sandbox or LocalSandbox(SandboxLimits(
+        output_limit_bytes=settings.output_limit_bytes, max_processes=settings.max_processes,
+        max_concurrent=settings.max_concurrency))
+    gate = ConcurrencyGate(settings.max_concurrency, settings.max_queue)
+    registry = CollectorRegistry()  # per app, so tests can build several
+    calls = Counter("sandbox_calls", "Finished calls by status", ["status"], registry=registry)
+    rejected = Counter("sandbox_rejected", "Calls refused with 429", registry=registry)
+    seconds = Histogram("sandbox_call_seconds", "Duration of a call (in the sandbox)",
+                        registry=registry)
+    Gauge("sandbox_running", "Calls running", registry=registry).set_function(
+        lambda: gate.running)
+    Gauge("sandbox_queued", "Calls waiting", registry=registry).set_function(
+        lambda: gate.waiting)
+
+    app = FastAPI(title="mgrpo tool sandbox", version="1")
+    app.state.gate, app.state.sandbox = gate, sandbox
+    app.router.on_shutdown.append(gate.close)
+
+    @app.post("/v1/execute", response_model=ExecResult)
+    async def execute(request: ExecRequest):
+        try:
+            result = await gate.run(sandbox.execute, request)
+        except QueueFull as err:
+            rejected.inc()
+            return JSONResponse(status_code=429, content={"detail": str(err)})
+        calls.labels(result.status).inc()
+        seconds.observe(result.duration_s)
+        return result
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok", "isolation": sandbox.mode, "running": gate.running,
+                "queued": gate.waiting}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
