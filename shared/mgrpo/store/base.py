@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -80,6 +80,14 @@ class StoreBase:
     def _insert(self, model):
         module = postgresql if self.dialect == "postgresql" else sqlite
         return module.insert(model)
+
+    @staticmethod
+    def _written(session: Session, stmt) -> int:
+        """Rows an INSERT ... ON CONFLICT or an UPDATE actually wrote.
+
+        Counted with RETURNING: psycopg 3 reports ``rowcount == -1`` for these statements.
+        """
+        return len(session.execute(stmt.returning(literal_column("1"))).all())
 
     def close(self) -> None:
         self.engine.dispose()

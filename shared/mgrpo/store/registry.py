@@ -27,8 +27,8 @@ class RegistryMixin(StoreBase):
                                                sha256=sha256, round_id=round_id,
                                                created_at=utcnow())
         with self._tx() as session:
-            return session.execute(stmt.on_conflict_do_nothing(
-                index_elements=["model", "version"])).rowcount == 1
+            return self._written(session, stmt.on_conflict_do_nothing(
+                index_elements=["model", "version"])) == 1
 
     def latest_checkpoint(self, model: str) -> CheckpointRecord | None:
         stmt = (select(Checkpoint).where(Checkpoint.model == model)
@@ -61,7 +61,7 @@ class RegistryMixin(StoreBase):
         """Stamp the agent alive now; False if no agent of that name is registered."""
         stmt = update(Agent).where(Agent.name == name).values(heartbeat_at=utcnow())
         with self._tx() as session:
-            return session.execute(stmt).rowcount == 1
+            return self._written(session, stmt) == 1
 
     def list_agents(self, alive_within_s: float | None = None) -> list[AgentRecord]:
         """Registered agents by name; with ``alive_within_s`` only those heard from since."""
@@ -76,8 +76,8 @@ class RegistryMixin(StoreBase):
         stmt = self._insert(ProcessedMessage).values(key=key, consumer=consumer,
                                                      processed_at=utcnow())
         with self._tx() as session:
-            return session.execute(stmt.on_conflict_do_nothing(
-                index_elements=["key"])).rowcount == 1
+            return self._written(session, stmt.on_conflict_do_nothing(
+                index_elements=["key"])) == 1
 
     def message_seen(self, key: str) -> bool:
         with self._tx() as session:

@@ -32,8 +32,8 @@ class RoundsMixin(StoreBase):
         stmt = self._insert(Run).values(run_id=run_id, name=name, config=config or {},
                                         status="running", created_at=utcnow())
         with self._tx() as session:
-            result = session.execute(stmt.on_conflict_do_nothing(index_elements=["run_id"]))
-            return result.rowcount == 1
+            return self._written(
+                session, stmt.on_conflict_do_nothing(index_elements=["run_id"])) == 1
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._tx() as session:
@@ -71,10 +71,10 @@ class RoundsMixin(StoreBase):
             raise ValueError(f"query_ids of round {round_id!r} repeat an id: {list(query_ids)}; "
                              "pass each query once and use k for repeated rollouts")
         with self._tx() as session:
-            inserted = session.execute(self._insert(Round).values(
+            inserted = self._written(session, self._insert(Round).values(
                 round_id=round_id, run_id=run_id, index=index, k=k, status="pending",
                 config=config or {}, created_at=utcnow(),
-            ).on_conflict_do_nothing(index_elements=["round_id"])).rowcount
+            ).on_conflict_do_nothing(index_elements=["round_id"]))
             if inserted != 1:
                 return False
             for query_id in query_ids:
@@ -133,7 +133,7 @@ class RoundsMixin(StoreBase):
                        Rollout.rollout == rollout, Rollout.status != "completed")
                 .values(status="completed", completed_attempt=attempt, completed_at=utcnow()))
         with self._tx() as session:
-            return session.execute(stmt).rowcount == 1
+            return self._written(session, stmt) == 1
 
     def rollouts(self, round_id: str) -> list[RolloutRecord]:
         stmt = (select(Rollout).where(Rollout.round_id == round_id)

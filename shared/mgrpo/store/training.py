@@ -72,8 +72,8 @@ class TrainingMixin(StoreBase):
         with self._tx() as session:
             for row in rows:
                 stmt = self._insert(TrajectoryRow).values(created_at=utcnow(), **row)
-                inserted += session.execute(stmt.on_conflict_do_nothing(
-                    index_elements=["traj_id", "attempt"])).rowcount
+                inserted += self._written(session, stmt.on_conflict_do_nothing(
+                    index_elements=["traj_id", "attempt"]))
         return inserted
 
     def round_trajectories(self, round_id: str, model: str,
@@ -111,8 +111,8 @@ class TrainingMixin(StoreBase):
                 stmt = self._insert(PlannerOutcome).values(
                     round_id=round_id, created_at=utcnow(),
                     **PlannerOutcomeIn.model_validate(row).model_dump())
-                inserted += session.execute(stmt.on_conflict_do_nothing(
-                    index_elements=["round_id", "query_id", "rollout", "attempt"])).rowcount
+                inserted += self._written(session, stmt.on_conflict_do_nothing(
+                    index_elements=["round_id", "query_id", "rollout", "attempt"]))
         return inserted
 
     def read_planner_outcomes(self, round_id: str) -> list[PlannerOutcomeRecord]:
@@ -163,8 +163,8 @@ class TrainingMixin(StoreBase):
                 stmt = self._insert(ObservedD).values(
                     agent=agent, round_id=round_id, created_at=utcnow(),
                     **DCount.model_validate(count).model_dump())
-                inserted += session.execute(stmt.on_conflict_do_nothing(
-                    index_elements=["agent", "round_id", "query_id", "rollout"])).rowcount
+                inserted += self._written(session, stmt.on_conflict_do_nothing(
+                    index_elements=["agent", "round_id", "query_id", "rollout"]))
         return inserted
 
     def d_counts(self, agent: str, last_n: int | None = None) -> list[int]:

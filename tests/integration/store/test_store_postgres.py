@@ -1,0 +1,115 @@
+"""The stats store on the real PostgreSQL: migrations, idempotent ingestion, and exact row
+counts under concurrent ingestion from threads and from separate processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+from mgrpo.store import PlannerOutcomeIn, Store
+from mgrpo.store.admin import temporary_database
+from mgrpo.store.migrate import current_revision, downgrade, head_revision
+from mgrpo.types import Trajectory, trajectory_id
+
+
+def make_traj(round_id: str, query_id: str, rollout: int, invocation: int = 0,
+              attempt: int = 0, agent: str = "planner") -> Trajectory:
+    return Trajectory(
+        traj_id=trajectory_id(round_id, query_id, rollout, agent, invocation), attempt=attempt,
+        round_id=round_id, query_id=query_id, rollout=rollout, agent=agent, model=agent,
+        invocation=invocation, input_ids=[1, 2, 3], response_mask=[0, 1, 1],
+        old_logprobs=[0.0, -0.1, -0.2])
+
+
+def test_migrations_up_down_up_on_a_fresh_database(postgres_url):
+    with temporary_database(postgres_url) as url:
+        assert current_revision(url) is None
+        Store(url).upgrade()
+        assert current_revision(url) == head_revision()
+        downgrade(url, "base")
+        assert current_revision(url) is None
+        store = Store(url)
+        store.upgrade()
+        assert store.current_revision() == head_revision()
+        store.close()
+
+
+def test_concurrent_upgrades_do_not_collide(postgres_url):
+    with temporary_database(postgres_url) as url:
+        stores = [Store(url) for _ in range(3)]
+        errors: list[BaseException] = []
+
+        def up(store: Store) -> None:
+            try:
+                store.upgrade()
+            except BaseException as error:  # noqa: BLE001 - collected and asserted below
+                errors.append(error)
+
+        threads = [threading.Thread(target=up, args=(s,)) for s in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in stores:
+            store.close()
+        assert errors == []
+        assert current_revision(url) == head_revision()
+
+
+def test_duplicate_trajectory_gives_one_row(pg_store, unique_name):
+    traj = make_traj(unique_name, "q1", 0)
+    assert pg_store.ingest_trajectory(traj)
+    assert not pg_store.ingest_trajectory(traj)
+    assert pg_store.count_trajectories(unique_name) == 1
+
+
+def test_completing_attempt_filters_trajectories_and_outcomes(pg_store, unique_name):
+    pg_store.create_run(unique_name)
+    pg_store.create_round(unique_name, unique_name, 0, ["q1"], 2)
+    for attempt in (0, 1):
+        pg_store.ingest_trajectory(make_traj(unique_name, "q1", 0, attempt=attempt))
+        pg_store.write_planner_outcomes(unique_name, [PlannerOutcomeIn(
+            query_id="q1", rollout=0, attempt=attempt, format_ok=True, correct=attempt,
+            reward=attempt)])
+    assert pg_store.complete_rollout(unique_name, "q1", 0, 1)
+    assert [t.attempt for t in pg_store.round_trajectories(unique_name, "planner")] == [1]
+    assert [o.correct for o in pg_store.read_planner_outcomes(unique_name)] == [1.0]
+
+
+def test_concurrent_ingestion_threads_exact_counts(pg_store, unique_name):
+    trajs = [make_traj(unique_name, f"q{i % 4}", i % 8, invocation=i) for i in range(40)]
+    new_counts: list[int] = []
+    threads = [threading.Thread(target=lambda: new_counts.append(
+        sum(pg_store.ingest_trajectory(t) for t in trajs))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(new_counts) == 40
+    assert pg_store.count_trajectories(unique_name) == 40
+
+
+def _ingest_in_process(url: str, round_id: str, n: int, queue) -> None:
+    store = Store(url)
+    trajs = [make_traj(round_id, f"q{i % 3}", i % 5, invocation=i) for i in range(n)]
+    new = sum(store.ingest_trajectory(t) for t in trajs)
+    claimed = sum(store.claim_message(f"{round_id}/m{i}") for i in range(n))
+    store.close()
+    queue.put((new, claimed))
+
+
+def test_concurrent_ingestion_processes_exact_counts(pg_store, pg_database_url, unique_name):
+    context = multiprocessing.get_context("spawn")  # no inherited connections
+    results = context.Queue()
+    workers = [context.Process(target=_ingest_in_process,
+                               args=(pg_database_url, unique_name, 25, results))
+               for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert sum(new for new, _ in outcomes) == 25
+    assert sum(claimed for _, claimed in outcomes) == 25
+    assert pg_store.count_trajectories(unique_name) == 25
