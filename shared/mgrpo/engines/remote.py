@@ -1,0 +1,95 @@
+"""RemoteEngine: the :class:`Engine` interface over an OpenAI-compatible completions server.
+
+Works with ``vllm serve`` and with our own :mod:`mgrpo.engines.openai_server`. Prompts are sent
+as token ids and ``return_tokens_as_token_ids=true`` is asked for, so completion ids come back
+exactly (``"token_id:123"``), never re-tokenised. The server must return the sampled token's
+logprob (OpenAI ``logprobs``); for vLLM these are of the raw distribution only when the server
+runs with ``--logprobs-mode raw_logprobs`` (the V1 default).
+
+Requests are sent concurrently (``max_concurrency`` threads) so the server can batch them.
+
+What it does NOT do: retries, streaming, chat completions. ``load_weights`` works only
+against servers with the mgrpo ``/mgrpo/load_weights`` endpoint (not stock vLLM: restart
+it on the new checkpoint instead).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from mgrpo.engines.base import Completion, GenerationRequest
+
+
+class RemoteEngineError(RuntimeError):
+    """The server refused a request or answered in an unexpected shape."""
+
+
+def _parse_token(token: str) -> int:
+    if not token.startswith("token_id:"):
+        raise RemoteEngineError(
+            f"server returned token {token!r}, not 'token_id:N'; the server must support "
+            "return_tokens_as_token_ids (vLLM >= 0.6 and mgrpo's server do)")
+    return int(token.split(":", 1)[1])
+
+
+class RemoteEngine:
+    def __init__(self, base_url: str, model: str | None = None, timeout: float = 120.0,
+                 api_key: str | None = None, max_concurrency: int = 8, version: int = 0):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout,
+                                   headers=headers)
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self.version = version
+
+    def _body(self, request: GenerationRequest) -> dict:
+        p = request.params
+        body = {"prompt": [list(request.prompt_ids)], "max_tokens": p.max_new_tokens,
+                "temperature": p.temperature, "top_p": p.top_p,
+                "top_k": p.top_k if p.top_k > 0 else -1, "stop": list(p.stop),
+                "stop_token_ids": list(p.stop_token_ids), "seed": p.seed, "logprobs": 0,
+                "return_tokens_as_token_ids": True}
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    def _one(self, request: GenerationRequest) -> Completion:
+        response = self.client.post("/v1/completions", json=self._body(request))
+        if response.status_code >= 400:
+            raise RemoteEngineError(f"POST /v1/completions -> {response.status_code}: "
+                                    f"{response.text[:500]}")
+        choice = response.json()["choices"][0]
+        logprobs = choice.get("logprobs") or {}
+        if "tokens" not in logprobs:
+            raise RemoteEngineError("the server returned no logprobs; it must support the "
+                                    "OpenAI 'logprobs' field on /v1/completions")
+        ids = [_parse_token(t) for t in logprobs["tokens"]]
+        values = [float(v) if v is not None else 0.0 for v in logprobs["token_logprobs"]]
+        reason = "stop" if choice.get("finish_reason") == "stop" else "length"
+        return Completion(prompt_ids=list(request.prompt_ids), completion_ids=ids,
+                          logprobs=values, text=choice.get("text", ""), finish_reason=reason)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        if len(requests) <= 1:
+            return [self._one(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return list(pool.map(self._one, requests))
+
+    def load_weights(self, source, version: int) -> None:
+        if not isinstance(source, str):
+            raise TypeError("RemoteEngine.load_weights needs a checkpoint URI (str) the server "
+                            f"can read, got {type(source).__name__}")
+        response = self.client.post("/mgrpo/load_weights",
+                                    json={"source": source, "version": version})
+        if response.status_code == 404:
+            raise RemoteEngineError("this server has no /mgrpo/load_weights endpoint (stock "
+                                    "vLLM); restart it on the new checkpoint")
+        if response.status_code >= 400:
+            raise RemoteEngineError(f"load_weights -> {response.status_code}: "
+                                    f"{response.text[:500]}")
+        self.version = version
+
+    def close(self) -> None:
+        self.client.close()
