@@ -1,1 +1,19 @@
+"""Tools the sub-agents call: a registry plus ``search`` (BM25) and ``python`` (sandboxed)."""
 
+from mgrpo.tools.registry import ROLE_TOOLS, Tool, build_tool, register_tool, registered_tools
+
+__all__ = ["ROLE_TOOLS", "Tool", "build_tool", "register_tool", "registered_tools",
+           "SearchTool", "PythonTool"]
+
+
+def __getattr__(name: str):
+    # SearchTool imports bm25s; load it only when asked for.
+    if name == "SearchTool":
+        from mgrpo.tools.search import SearchTool
+
+        return SearchTool
+    if name == "PythonTool":
+        from mgrpo.tools.python import PythonTool
+
+        return PythonTool
+    raise AttributeError(f"module 'mgrpo.tools' has no attribute {name!r}")
