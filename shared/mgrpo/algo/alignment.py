@@ -22,6 +22,7 @@ store (the trainer passes the observed counts to :func:`auto_d`).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -133,8 +134,9 @@ def align_batch(query_index: Tensor, rollout_index: Tensor, num_rollouts: int, d
 def auto_d(d_counts: Tensor, quantile: float = 0.99) -> int:
     """The 'auto' alignment size: the ``quantile`` of observed call counts d_k, at least 1.
 
-    ``d = max(1, Q_q(d_k))`` with the 'higher' interpolation, so d is an observed count (an
-    integer) and at least a fraction ``quantile`` of rollouts need no dropping. Rollouts with
+    ``d = max(1, Q_q(d_k))`` with the inverted-CDF quantile ``Q_q = min{x : F(x) >= q}``
+    (numpy's ``method="inverted_cdf"``): d is an observed count, and it is the smallest one
+    for which at least a fraction ``quantile`` of rollouts need no dropping. Rollouts with
     d_k = 0 are observations too. With no observation at all, d = 1.
 
     Args:
@@ -152,5 +154,7 @@ def auto_d(d_counts: Tensor, quantile: float = 0.99) -> int:
     if (counts < 0).any() or (counts != counts.round()).any():
         raise ValueError(f"d_counts must be non-negative integers (calls per rollout), got "
                          f"{counts[(counts < 0) | (counts != counts.round())][:3].tolist()}")
-    value = torch.quantile(counts, quantile, interpolation="higher")
-    return max(1, int(value))
+    ordered = counts.sort().values
+    # 1e-9: q*n like 0.29*100 = 28.999999999999996 must not round down a rank.
+    rank = max(math.ceil(quantile * len(ordered) - 1e-9), 1)
+    return max(1, int(ordered[rank - 1]))
