@@ -8,7 +8,8 @@ It has no authentication: run it on a private network only (see docs/sandbox.md)
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
@@ -43,6 +44,14 @@ def create_app(settings: SandboxServiceSettings | None = None,
     app = FastAPI(title="mgrpo tool sandbox", version="1")
     app.state.gate, app.state.sandbox = gate, sandbox
     app.router.on_shutdown.append(gate.close)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_input(_: Request, err: RequestValidationError) -> JSONResponse:
+        # Never echo the input back: it may be 10 MB of code or not even encodable UTF-8.
+        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+                  for e in err.errors()]
+        message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
+        return JSONResponse(status_code=422, content={"detail": detail, "message": message})
 
     @app.post("/v1/execute", response_model=ExecResult)
     async def execute(request: ExecRequest):
