@@ -1,0 +1,177 @@
+"""Versioned message schemas of the bus (SPEC 2.3): JSON only, ids and tokens, never pickles.
+
+Every message has ``kind`` (the discriminator), ``schema_version``, ``message_id`` (unique
+per send) and ``idempotency_key`` (the same for every send of the same logical message: a
+re-published duplicate has a new message_id but the same key; consumers dedupe on the key).
+:func:`decode_message` parses any of them with one ``TypeAdapter`` over the discriminated
+union and raises :class:`MessageDecodeError` with a reason that goes to the dead-letter queue.
+
+Bumping a schema: add a new model with ``schema_version: Literal[2]`` and keep decoding 1
+until no producer sends it; unknown versions are refused (not guessed).
+
+What this module does NOT do: send or receive (``mgrpo.bus.transport``, ``kombu_bus``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from mgrpo.types import Trajectory
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    message_id: str = Field(default_factory=new_message_id)
+    idempotency_key: str = ""
+
+    def default_key(self) -> str:  # overridden: what makes two sends the same message
+        return self.message_id
+
+    @model_validator(mode="after")
+    def _fill_key(self):
+        if not self.idempotency_key:
+            object.__setattr__(self, "idempotency_key", f"{self.kind}:{self.default_key()}")
+        return self
+
+
+class EpisodeTask(_Message):
+    """Run one attempt of one rollout (planner workers)."""
+
+    kind: Literal["episode_task"] = "episode_task"
+    run_id: str
+    round_id: str
+    query_id: str
+    rollout: int = Field(ge=0)
+    attempt: int = Field(0, ge=0)
+    weights_version: int = Field(0, ge=0)
+    greedy: bool = False
+
+    def default_key(self) -> str:
+        return f"{self.round_id}/{self.query_id}/{self.rollout}/{self.attempt}"
+
+
+class SubAgentCall(_Message):
+    """A planner's delegation to a tool sub-agent; the answer goes to ``reply_to``."""
+
+    kind: Literal["subagent_call"] = "subagent_call"
+    call_id: str  # the sub-agent trajectory's traj_id (round/query/rollout/agent/invocation)
+    round_id: str | None = None  # None outside training (a REST query)
+    query_id: str | None = None
+    rollout: int = Field(0, ge=0)
+    attempt: int = Field(0, ge=0)
+    agent: str
+    invocation: int = Field(0, ge=0)
+    subtask: str
+    reply_to: str
+    weights_version: int = Field(0, ge=0)
+
+    def default_key(self) -> str:
+        return f"{self.call_id}/{self.attempt}"
+
+
+class SubAgentResult(_Message):
+    kind: Literal["subagent_result"] = "subagent_result"
+    call_id: str
+    attempt: int = Field(0, ge=0)
+    agent: str
+    result: str
+    format_ok: bool
+    trace: list[dict[str, Any]] = Field(default_factory=list)  # tool calls, for the REST trace
+    error: str | None = None
+
+    def default_key(self) -> str:
+        return f"{self.call_id}/{self.attempt}"
+
+
+class TrajectoryMessage(_Message):
+    """One trajectory (ids + tokens) for its own model's trainer (``trainer.<model>``)."""
+
+    kind: Literal["trajectory"] = "trajectory"
+    trajectory: Trajectory
+
+    def default_key(self) -> str:
+        return f"{self.trajectory.traj_id}/{self.trajectory.attempt}"
+
+
+class WeightsAnnouncement(_Message):
+    """Fanout on ``mgrpo.weights``: ``model`` has a new checkpoint ``version`` at ``uri``."""
+
+    kind: Literal["weights"] = "weights"
+    model: str
+    version: int = Field(ge=0)
+    uri: str
+    sha256: str = Field(min_length=64, max_length=64)
+    round_id: str | None = None
+
+    def default_key(self) -> str:
+        return f"{self.model}/{self.version}"
+
+
+class RoundCommand(_Message):
+    """Round control: start a round, tell trainers its rollouts are in, or cancel it."""
+
+    kind: Literal["round_command"] = "round_command"
+    command: Literal["start", "train", "cancel"]
+    run_id: str
+    round_id: str
+    model: str | None = None  # "train": the trainer it is for; None: every trainer
+
+    def default_key(self) -> str:
+        return f"{self.round_id}/{self.command}/{self.model or '*'}"
+
+
+Message = Annotated[
+    EpisodeTask | SubAgentCall | SubAgentResult | TrajectoryMessage | WeightsAnnouncement
+    | RoundCommand,
+    Field(discriminator="kind"),
+]
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+MESSAGE_KINDS = ("episode_task", "subagent_call", "subagent_result", "trajectory", "weights",
+                 "round_command")
+
+
+class MessageDecodeError(ValueError):
+    """A payload that is not a valid message; ``reason`` says why (kept in the dead letter)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode_message(message: _Message) -> dict:
+    """The JSON-ready dict of a message (what goes on the wire)."""
+    return message.model_dump(mode="json")
+
+
+def decode_message(payload: bytes | str | dict) -> Message:
+    """Parse a wire payload (JSON bytes/str or an already-decoded dict) into a message."""
+    if isinstance(payload, bytes | bytearray):
+        try:
+            payload = payload.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise MessageDecodeError(f"payload is not UTF-8 JSON: {error}") from error
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except json.JSONDecodeError as error:
+            raise MessageDecodeError(f"payload is not JSON: {error}") from error
+    if not isinstance(payload, dict):
+        raise MessageDecodeError(f"payload is a JSON {type(payload).__name__}, expected an "
+                                 f"object with 'kind' in {MESSAGE_KINDS}")
+    try:
+        return MESSAGE_ADAPTER.validate_python(payload)
+    except ValidationError as error:
+        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}"
+                            for e in error.errors()[:5])
+        raise MessageDecodeError(f"invalid {payload.get('kind', '<no kind>')!r} message: "
+                                 f"{details}") from error
