@@ -83,12 +83,20 @@ def train_tokenizer(corpus_texts: Iterable[str], vocab_size: int):
     them and each encodes to exactly one id. No post-processor: encoding inserts no BOS/EOS,
     which is what segment-wise encoding (:func:`mgrpo.models.sft.encode_segments`) needs.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     texts = [t for t in corpus_texts if t] or list(_FALLBACK_CORPUS)
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # Exactly Qwen2's normalizer and pre-tokenizer (digits one by one): AutoTokenizer loads a
+    # qwen2 folder as Qwen2Tokenizer, which installs these, so training must use them too or
+    # the loaded tokenizer would split text differently from the trained one.
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=list(pt.SPECIAL_TOKENS),
@@ -96,6 +104,9 @@ def train_tokenizer(corpus_texts: Iterable[str], vocab_size: int):
     backend.train_from_iterator(texts, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token=pt.PAD, eos_token=pt.EOS,
+        # unk set explicitly: byte-level BPE never emits it, and leaving it unset makes
+        # AutoTokenizer (Qwen2Tokenizer for model_type qwen2) add a stray <|endoftext|> token.
+        unk_token=pt.EOS,
         additional_special_tokens=[t for t in pt.SPECIAL_TOKENS if t not in (pt.PAD, pt.EOS)],
         clean_up_tokenization_spaces=False, model_max_length=1 << 20)
     tokenizer.chat_template = CHAT_TEMPLATE
