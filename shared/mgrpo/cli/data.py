@@ -1,7 +1,95 @@
-"""`mgrpo data ...` commands."""
+"""`mgrpo data ...`: build the benchmark, write expert demonstrations, show counts.
+
+Thin: parsing and printing only; the work is in ``mgrpo.envs``.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _read_config(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(text) or {}
+    return json.loads(text)
+
+
+@app.command()
+def build(seed: int = typer.Option(0, help="generator seed; same seed, same bytes"),
+          out: Path = typer.Option(..., help="folder to write the benchmark to"),
+          config: Path | None = typer.Option(None, help="YAML/JSON BenchmarkConfig fields "
+                                             "(n_train, n_dev, n_test, entities, ...)")) -> None:
+    """Generate the knowledge graph, corpus and train/dev/test questions."""
+    from mgrpo.envs import BenchmarkConfig, build_benchmark
+
+    cfg = BenchmarkConfig(**{**_read_config(config), "seed": seed})
+    bench = build_benchmark(cfg)
+    bench.save(out)
+    typer.echo(f"wrote {len(bench.all_questions)} questions and {len(bench.corpus)} documents "
+               f"to {out}")
+
+
+def _executor(sandbox_url: str | None):
+    if sandbox_url:
+        from mgrpo.sandbox.client import SandboxClient
+
+        return SandboxClient(sandbox_url)
+    from mgrpo.sandbox.local import LocalSandbox
+
+    return LocalSandbox()
+
+
+@app.command()
+def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data build)"),
+          out: Path = typer.Option(..., help="folder for {agent}.jsonl and summary.json"),
+          error_rate: str = typer.Option("", help="e.g. planner.skip_delegation=0.5,"
+                                         "searcher.bad_query=0.1 (unset types: 0)"),
+          n: int | None = typer.Option(None, help="episodes (default: the whole split)"),
+          split: str = typer.Option("train"),
+          stage: int | None = typer.Option(None, help="1 or 2 (default: both)"),
+          seed: int = typer.Option(0, help="seeds question order and error draws"),
+          sandbox_url: str | None = typer.Option(None, envvar="MGRPO_SANDBOX_URL",
+                                                 help="sandbox service; unset: in-process"),
+          ) -> None:
+    """Run the scripted experts and write SFT transcripts per agent."""
+    from mgrpo.envs import load_benchmark
+    from mgrpo.envs.demos import write_demos
+    from mgrpo.envs.experts import ExpertErrors
+    from mgrpo.tools import build_tool
+
+    try:
+        errors = ExpertErrors.parse(error_rate)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--error-rate") from None
+    benchmark = load_benchmark(bench)
+    tools = {"searcher": build_tool("search", corpus=benchmark.corpus),
+             "coder": build_tool("python", executor=_executor(sandbox_url))}
+    summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage, seed=seed)
+    typer.echo(f"{summary['episodes']} episodes, expert accuracy {summary['accuracy']:.3f}, "
+               f"records {summary['records']} -> {out}")
+    for key, stat in summary["errors"].items():
+        if stat["count"]:
+            typer.echo(f"  {key}: {stat['count']}/{stat['chances']}")
+
+
+@app.command()
+def show(folder: Path = typer.Argument(..., help="benchmark folder")) -> None:
+    """Question counts per split / stage / kind, and the corpus size."""
+    from mgrpo.envs import load_benchmark
+
+    bench = load_benchmark(folder)
+    typer.echo(f"{'split':<6} {'stage':>5} {'kind':<8} {'n':>6}")
+    for key, count in bench.counts().items():
+        split, stage, kind = key.split("/")
+        typer.echo(f"{split:<6} {stage:>5} {kind:<8} {count:>6}")
+    typer.echo(f"documents: {len(bench.corpus)}")
