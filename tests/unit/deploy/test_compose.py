@@ -1,0 +1,155 @@
+"""docker-compose.yml: compose-spec schema, cross-references, and that broken copies fail."""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+from compose_checks import (
+    cross_reference_errors,
+    interpolate,
+    read_env_file,
+    schema_errors,
+    service_env,
+)
+from image_checks import parse_stages
+
+from mgrpo.config import Settings
+
+ROOT = Path(__file__).resolve().parents[3]
+SETTINGS_FIELDS = {f"MGRPO_{name.upper()}" for name in Settings.model_fields}
+MODELS = ("planner", "searcher", "coder")
+
+
+@lru_cache(maxsize=1)
+def _compose() -> dict:
+    raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return interpolate(raw, read_env_file(ROOT / ".env.example"))
+
+
+def compose() -> dict:
+    return copy.deepcopy(_compose())
+
+
+def xref(doc: dict) -> list[str]:
+    stages = set(parse_stages(ROOT / "docker" / "Dockerfile"))
+    return cross_reference_errors(doc, ROOT, SETTINGS_FIELDS, stages)
+
+
+def test_compose_file_matches_the_compose_spec_schema():
+    assert schema_errors(compose()) == []
+
+
+def test_compose_cross_references_resolve():
+    assert xref(compose()) == []
+
+
+def test_every_model_has_a_gpu_trainer_and_a_cpu_trainer():
+    services = compose()["services"]
+    for model in MODELS:
+        gpu, cpu = services[f"trainer-{model}"], services[f"trainer-{model}-cpu"]
+        assert gpu["profiles"] == ["gpu"] and cpu["profiles"] == ["cpu"]
+        assert gpu["command"] == cpu["command"] == ["mgrpo", "serve", "trainer", "--model", model]
+        devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
+        assert gpu["build"]["target"] == "trainer-cuda"
+        assert "deploy" not in cpu and cpu["build"]["target"] == "trainer"
+    profiled = {name for name, s in services.items() if "profiles" in s}
+    assert profiled == {f"trainer-{m}{suffix}" for m in MODELS for suffix in ("", "-cpu")}
+
+
+def test_startup_order_waits_for_healthy_store_and_finished_migration():
+    services = compose()["services"]
+    planner = services["planner"]["depends_on"]
+    assert planner["migrate"] == {"condition": "service_completed_successfully"}
+    assert planner["postgres"] == planner["rabbitmq"] == {"condition": "service_healthy"}
+    assert services["migrate"]["command"] == ["mgrpo", "db", "upgrade"]
+    assert services["subagent-coder"]["depends_on"]["sandbox"] == {"condition": "service_healthy"}
+
+
+def test_rabbitmq_consumer_timeout_is_raised_and_mounted():
+    conf = read_env_file(ROOT / "docker" / "rabbitmq" / "rabbitmq.conf")
+    assert int(conf["consumer_timeout"]) == 4 * 3600 * 1000  # default is 30 min
+    rabbit = compose()["services"]["rabbitmq"]
+    assert rabbit["image"].endswith("-management")
+    assert ("./docker/rabbitmq/rabbitmq.conf:/etc/rabbitmq/conf.d/20-mgrpo.conf:ro"
+            in rabbit["volumes"])
+
+
+def test_sandbox_gets_no_secrets_and_no_route_out():
+    doc = compose()
+    sandbox = doc["services"]["sandbox"]
+    assert "env_file" not in sandbox
+    assert service_env(sandbox, ROOT) == {"MGRPO_MODE": "distributed"}
+    assert sandbox["networks"] == ["sandbox"] and doc["networks"]["sandbox"]["internal"] is True
+    assert sandbox["read_only"] is True and sandbox["cap_drop"] == ["ALL"]
+
+
+def test_a_missing_secret_stops_compose_with_the_variable_named():
+    env = read_env_file(ROOT / ".env.example")
+    del env["POSTGRES_PASSWORD"]
+    raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):
+        interpolate(raw, env)
+
+
+@pytest.mark.parametrize(("text", "env", "expected"), [
+    ("${A}", {"A": "1"}, "1"),
+    ("${A:-x}", {"A": ""}, "x"),
+    ("${A-x}", {"A": ""}, ""),
+    ("${A:-x}", {}, "x"),
+    ("a$${B}c", {}, "a${B}c"),
+    ("${A:?need A}", {"A": "ok"}, "ok"),
+])
+def test_interpolation_follows_compose_rules(text, env, expected):
+    assert interpolate(text, env) == expected
+
+
+# --- broken copies must be rejected ---------------------------------------------------------
+
+def _set(doc: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node[part]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("services.postgres.healthcheck.test", 5, "services/postgres/healthcheck/test"),
+    ("services.planner.environment", 5, "services/planner/environment"),
+    ("services.planner.dependson", ["postgres"], "dependson"),
+    ("services.planner.ports", "8000:8000", "services/planner/ports"),
+    ("volumes.checkpoints", "yes", "volumes/checkpoints"),
+])
+def test_schema_rejects_a_broken_copy(path, value, expected):
+    errors = schema_errors(_set(compose(), path, value))
+    assert errors and any(expected in error for error in errors), errors
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("services.planner.depends_on.rabbit", {"condition": "service_healthy"},
+     "depends_on 'rabbit', which is not a service"),
+    ("services.sandbox.healthcheck", None, "sandbox has no healthcheck"),
+    ("services.migrate.restart", "on-failure", "waits for migrate to complete"),
+    ("services.planner.volumes", ["ckpts:/checkpoints"], "named volume 'ckpts'"),
+    ("services.planner.networks", ["frontend"], "network 'frontend'"),
+    ("services.planner.env_file", [], "needs MGRPO_API_TOKEN"),
+    ("services.trainer-coder.environment.MGRPO_DATBASE_URL", "x", "MGRPO_DATBASE_URL is not"),
+    ("services.trainer-coder.build.target", "trainer-cude", "build target 'trainer-cude'"),
+    ("services.subagent-coder.networks", ["backend"], "MGRPO_SANDBOX_URL points at sandbox"),
+    ("services.rabbitmq.volumes", ["./docker/rabbitmq/missing.conf:/etc/x.conf:ro"],
+     "missing.conf does not exist"),
+    ("services.planner.depends_on.trainer-coder", {"condition": "service_healthy"},
+     "only runs in profiles"),
+])
+def test_cross_reference_check_rejects_a_broken_copy(path, value, expected):
+    errors = xref(_set(compose(), path, value))
+    assert any(expected in error for error in errors), errors
