@@ -121,6 +121,29 @@ def _metrics(log_ratio: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_h
         }
 
 
+def _check_loss_inputs(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
+                       response_mask: Tensor, eps_low: float, eps_high: float, kl_coef: float,
+                       ref_logprobs: Tensor | None) -> Tensor:
+    """Reject bad arguments with the value and the fix; return advantages as (B, T)."""
+    if logprobs.dim() != 2 or old_logprobs.shape != logprobs.shape \
+            or response_mask.shape != logprobs.shape:
+        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs "
+                         f"{tuple(old_logprobs.shape)} and response_mask "
+                         f"{tuple(response_mask.shape)} must all be (B, T)")
+    if not (0 <= eps_low < 1 and eps_high >= 0):
+        raise ValueError(f"clip range needs 0 <= eps_low < 1 and eps_high >= 0, got "
+                         f"eps_low={eps_low}, eps_high={eps_high}; DAPO uses 0.2 / 0.28")
+    if kl_coef != 0 and ref_logprobs is None:
+        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs (B, T) from the frozen "
+                         "reference model; pass them or set kl_coef=0")
+    if advantages.dim() == 1 and advantages.shape[0] == logprobs.shape[0]:
+        advantages = advantages[:, None].expand_as(logprobs)
+    if advantages.shape != logprobs.shape:
+        raise ValueError(f"advantages {tuple(advantages.shape)} must be (B,) or (B, T) with "
+                         f"(B, T) = {tuple(logprobs.shape)}")
+    return advantages
+
+
 def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
                 response_mask: Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28,
                 agg: AggMode = "token-mean", ref_logprobs: Tensor | None = None,
@@ -149,22 +172,8 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
         approx_kl, ratio_mean, ratio_max, adv_mean, adv_std, num_tokens, and entropy / kl
         when given.
     """
-    if logprobs.dim() != 2 or old_logprobs.shape != logprobs.shape \
-            or response_mask.shape != logprobs.shape:
-        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs "
-                         f"{tuple(old_logprobs.shape)} and response_mask "
-                         f"{tuple(response_mask.shape)} must all be (B, T)")
-    if not (0 <= eps_low < 1 and eps_high >= 0):
-        raise ValueError(f"clip range needs 0 <= eps_low < 1 and eps_high >= 0, got "
-                         f"eps_low={eps_low}, eps_high={eps_high}; DAPO uses 0.2 / 0.28")
-    if kl_coef != 0 and ref_logprobs is None:
-        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs (B, T) from the frozen "
-                         "reference model; pass them or set kl_coef=0")
-    if advantages.dim() == 1 and advantages.shape[0] == logprobs.shape[0]:
-        advantages = advantages[:, None].expand_as(logprobs)
-    if advantages.shape != logprobs.shape:
-        raise ValueError(f"advantages {tuple(advantages.shape)} must be (B,) or (B, T) with "
-                         f"(B, T) = {tuple(logprobs.shape)}")
+    advantages = _check_loss_inputs(logprobs, old_logprobs, advantages, response_mask,
+                                    eps_low, eps_high, kl_coef, ref_logprobs)
     mask = response_mask.bool()
     zeros = torch.zeros_like(logprobs)
     adv = torch.where(mask, advantages.to(logprobs.dtype), zeros).detach()

@@ -9,10 +9,13 @@ import pytest
 import torch
 from mgrpo.algo import (
     SubagentRollouts,
+    advantages_from_stats,
+    align_batch,
     auto_d,
     call_counts,
     estimator_names,
     get_estimator,
+    group_stats,
     register_estimator,
     subagent_advantages,
 )
@@ -152,3 +155,18 @@ def test_subagent_advantages_match_loop_reference(seed):
         rows = out.group_ids == q
         want = loop_subagent_advantages(rewards.tolist(), out.traj_index[rows].tolist())
         assert out.advantages[rows].tolist() == pytest.approx(want, abs=1e-9)
+
+
+def test_distributed_flow_equals_subagent_advantages():
+    # Trainer steps with a publish in between: align -> group_stats -> (store) -> advantages.
+    query, rollout, rewards = subagent_case()
+    one_shot = subagent_advantages(query, rollout, rewards, num_rollouts=4, d=2,
+                                   generator=gen(5))
+    slots = align_batch(query, rollout, num_rollouts=4, d=2, generator=gen(5))
+    real = slots.weight > 0
+    slot_rewards = torch.where(real, rewards[slots.traj_index.clamp(min=0)], 0.0)
+    published = group_stats(slot_rewards, slots.group_ids, mask=real)
+    assert published.count.tolist() == [6]  # duplicates counted, masked slots not
+    adv = advantages_from_stats(slot_rewards, slots.group_ids, published, mask=real)
+    assert torch.equal(adv, one_shot.advantages)
+    assert torch.equal(slots.traj_index, one_shot.traj_index)
