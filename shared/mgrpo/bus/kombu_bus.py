@@ -103,7 +103,7 @@ class KombuBus:
 
     def _work(self, queue: Queue, handler: Handler, consumer: str,
               ready: threading.Event) -> None:
-        def on_message(body, message) -> None:
+        def on_message(message) -> None:
             outcome = process_payload(message.body, handler, dedupe=self._dedupe,
                                       consumer=consumer)
             if outcome.status == "dead_letter":
@@ -113,9 +113,10 @@ class KombuBus:
         with Connection(self.broker_url) as connection:
             channel = connection.channel()
             channel.basic_qos(prefetch_size=0, prefetch_count=1, a_global=False)
-            # accept=None: we decode the raw body ourselves, so nothing is ever unpickled.
-            with Consumer(channel, queues=[queue], callbacks=[on_message], no_ack=False,
-                          accept=None, prefetch_count=1):
+            # on_message gets the raw body (kombu does not deserialize it): we decode it
+            # ourselves as JSON, so nothing is ever unpickled and garbage reaches the DLQ.
+            with Consumer(channel, queues=[queue], on_message=on_message, no_ack=False,
+                          accept=["json"], prefetch_count=1):
                 ready.set()
                 while not self._stop.is_set():
                     try:
