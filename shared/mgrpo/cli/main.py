@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from mgrpo.cli import data, db, models, run, serve
+from mgrpo.cli import data, db, models, run, serve, sft
 
 app = typer.Typer(
     help="mgrpo: train a planner and its tool sub-agents (one LLM each) with M-GRPO.",
@@ -20,6 +20,7 @@ app.add_typer(data.app, name="data", help="Build the benchmark and demonstration
 app.add_typer(serve.app, name="serve", help="Run one service (planner, subagent, trainer, sandbox).")
 app.add_typer(db.app, name="db", help="Stats-store migrations.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
+app.command("sft")(sft.sft)
 
 
 @app.command()

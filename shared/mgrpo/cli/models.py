@@ -1,7 +1,64 @@
-"""`mgrpo models ...` commands."""
+"""`mgrpo models ...` commands: build a tiny model, inspect a model folder."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _read_corpus(path: Path | None) -> list[str]:
+    """One text per line of a .txt file, or the ``text`` field (or segments) of a .jsonl."""
+    if path is None:
+        return []
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            record = json.loads(line)
+            if "segments" in record:
+                texts.append("".join(s["text"] for s in record["segments"]))
+            else:
+                texts.append(record.get("text", ""))
+        else:
+            texts.append(line)
+    return texts
+
+
+@app.command("init-tiny")
+def init_tiny_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder to write the HF model into."),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON TinyModelConfig."),
+    corpus: Path | None = typer.Option(
+        None, "--corpus", help="Tokenizer training text: .txt (one per line) or .jsonl "
+        "(text field, or SFT segments). Default: a small built-in protocol sample."),
+) -> None:
+    """Build a tiny Qwen2 model and a locally trained BPE tokenizer."""
+    import yaml
+
+    from mgrpo.models.tiny import TinyModelConfig, count_parameters, init_tiny
+
+    values = yaml.safe_load(config.read_text()) if config else {}
+    tiny_config = TinyModelConfig.model_validate(values or {})
+    folder = init_tiny(out, tiny_config, _read_corpus(corpus))
+    from mgrpo.models import load_model
+
+    model, tokenizer = load_model(folder)
+    typer.echo(json.dumps({"out": str(folder), "parameters": count_parameters(model),
+                           "vocab": len(tokenizer)}))
+
+
+@app.command("info")
+def info_cmd(path: Path = typer.Argument(..., help="Model folder.")) -> None:
+    """Print a model folder's architecture, size and special tokens."""
+    from mgrpo.models import load_model
+    from mgrpo.models.tiny import count_parameters
+
+    model, tokenizer = load_model(path)
+    typer.echo(json.dumps({"model_type": model.config.model_type,
+                           "parameters": count_parameters(model), "vocab": len(tokenizer),
+                           "pad": tokenizer.pad_token, "eos": tokenizer.eos_token}, indent=2))

@@ -83,8 +83,15 @@ def train_tokenizer(corpus_texts: Iterable[str], vocab_size: int):
     them and each encodes to exactly one id. No post-processor: encoding inserts no BOS/EOS,
     which is what segment-wise encoding (:func:`mgrpo.models.sft.encode_segments`) needs.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from tokenizers import trainers
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
