@@ -157,7 +157,9 @@ def load_benchmark(folder: str | Path) -> Benchmark:
         raise FileNotFoundError(f"{str(root)!r} is not a benchmark folder (needs corpus.jsonl and "
                                 "questions/); build one with `mgrpo data build --out DIR`")
     questions: list[Question] = []
-    for path in sorted((root / "questions").glob("*.jsonl")):
+    order = {s: i for i, s in enumerate(SPLITS)}  # train, dev, test first, as built
+    for path in sorted((root / "questions").glob("*.jsonl"),
+                       key=lambda p: (order.get(p.stem, len(order)), p.stem)):
         questions += load_questions(path, split=path.stem)
     kg = None
     if (root / "kg.json").is_file():
