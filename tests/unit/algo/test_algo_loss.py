@@ -198,7 +198,8 @@ def test_masked_tokens_change_nothing(shape, seed, agg, kl_estimator):
     base = run(logp, old, ref, adv_tok)
     junk = torch.where(mask, 0.0, 1e4)  # huge (exp would overflow) or NaN on masked tokens
     nan = torch.where(mask, 0.0, float("nan"))
-    other = run(logp + junk, old - junk, ref + nan, adv_tok + nan)
+    other = run(logp + nan, old - junk, ref + nan, adv_tok + nan)
+    assert torch.equal(base[0], run(logp + junk, old + nan, ref - junk, adv_tok)[0])
     assert torch.equal(base[0], other[0])
     assert torch.equal(base[1], other[1])
     assert (base[1][~mask] == 0).all()
