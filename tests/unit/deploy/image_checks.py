@@ -16,14 +16,17 @@ import re
 import shlex
 from pathlib import Path
 
-import click
+GLOBAL = "(global)"
 
 
 def parse_stages(dockerfile: Path) -> dict[str, dict]:
-    """``{stage: {"base": FROM image or stage, "instructions": [(KEYWORD, args), ...]}}``."""
+    """``{stage: {"base": FROM image or stage, "instructions": [(KEYWORD, args), ...]}}``.
+
+    The instructions before the first FROM (global ARGs) are under :data:`GLOBAL`."""
     text = re.sub(r"\\\n", " ", dockerfile.read_text())
-    stages: dict[str, dict] = {}
-    current: dict | None = None
+    # ARGs before the first FROM are global; they live in a pseudo-stage.
+    current: dict = {"base": None, "instructions": []}
+    stages: dict[str, dict] = {GLOBAL: current}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -36,7 +39,7 @@ def parse_stages(dockerfile: Path) -> dict[str, dict]:
                 raise ValueError(f"FROM without a stage name: {line!r}; name every stage")
             current = {"base": match[1], "instructions": []}
             stages[match[2]] = current
-        elif current is not None:
+        else:
             current["instructions"].append((keyword, args.strip()))
     return stages
 
@@ -95,23 +98,43 @@ def image_errors(stages: dict[str, dict], targets: set[str], allowed: set[str],
     return errors
 
 
-def check_cli_invocation(root_command: click.Command, argv: list[str]) -> str | None:
+class CliUsageError(ValueError):
+    """An existing ``mgrpo`` command rejected the options the deployment files pass it."""
+
+
+def _is_group(command: object) -> bool:
+    # Duck-typed: Typer >= 0.20 vendors its own click, whose classes are not click.Group.
+    return hasattr(command, "get_command") and hasattr(command, "list_commands")
+
+
+def _raised(error: BaseException, name: str) -> bool:
+    return any(cls.__name__ == name for cls in type(error).__mro__)
+
+
+def check_cli_invocation(root_command, argv: list[str]) -> str | None:
     """Resolve and parse ``argv`` (without ``mgrpo``) against the CLI; never runs it.
 
+    ``root_command`` is ``typer.main.get_command(app)`` (a click-style command tree).
     Returns ``None`` when every command exists and the options parse, or the name of the
     first missing (sub)command as ``"mgrpo serve planner-worker"``. Raises
-    ``click.UsageError`` for an existing command given options it does not accept.
+    :class:`CliUsageError` for an existing command given options it does not accept.
     """
     command, args, path = root_command, list(argv), ["mgrpo"]
-    while isinstance(command, click.Group):
-        if not args:
-            return None
+    while _is_group(command) and args and not args[0].startswith("-"):
         name = args.pop(0)
         path.append(name)
-        child = command.get_command(click.Context(command), name)
+        child = command.get_command(command.context_class(command), name)
         if child is None:
             return " ".join(path)
         command = child
-    context = command.make_context(" ".join(path), args, resilient_parsing=False)
+    try:
+        context = command.make_context(" ".join(path), args, resilient_parsing=False)
+    except Exception as error:
+        if _raised(error, "Exit"):  # --help and other eager exits: the options parsed
+            return None
+        if _raised(error, "UsageError"):
+            raise CliUsageError(f"`{' '.join(path + args)}`: {error.format_message()}") \
+                from error
+        raise
     context.close()
     return None

@@ -76,7 +76,7 @@ def container_env(container: dict, objects: list[dict]) -> dict[str, str]:
 def cross_reference_errors(objects: list[dict], settings_fields: set[str]) -> list[str]:
     """Every dangling reference, missing probe or missing setting, as readable messages."""
     errors: list[str] = []
-    for name, metadata, spec in pod_specs(objects):
+    for name, _metadata, spec in pod_specs(objects):
         errors += _reference_errors(name, spec, objects)
         for container in spec["containers"]:
             errors += _container_errors(name, container, objects, settings_fields)

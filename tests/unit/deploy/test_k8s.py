@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
 from k8s_checks import by_kind, container_env, cross_reference_errors, pod_specs, schema_errors
 from kustomize_lite import apply_json_patch_op, render
-
 from mgrpo.config import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,7 +22,7 @@ SETTINGS_FIELDS = {f"MGRPO_{name.upper()}" for name in Settings.model_fields}
 TRAINERS = {"trainer-planner", "trainer-searcher", "trainer-coder"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rendered(overlay: str) -> tuple[dict, ...]:
     return tuple(render(ROOT / "k8s" / "overlays" / overlay))
 
