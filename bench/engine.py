@@ -1,0 +1,99 @@
+"""Engine throughput: TorchEngine vs plain ``model.generate`` on the same tiny model.
+
+Same model, same prompts (unequal lengths, left-padded), same number of new tokens (EOS is
+ignored by both so every row generates exactly ``new_tokens``), sampling at temperature 1.
+Two HF rows: plain ``generate`` and ``generate`` with ``output_logits`` (what a trainer would
+need to get per-token logprobs). Best of ``--repeats`` wall times.
+
+Prints JSON and writes ``bench/results/engine.json``. Usage::
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--batch-sizes 1 8 32] [--new-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from mgrpo.engines.base import GenerationRequest, SamplingParams
+from mgrpo.engines.torch_engine import TorchEngine
+from mgrpo.models import TinyModelConfig, init_tiny, load_model
+from transformers import GenerationConfig
+
+
+def _prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(8, 41, (batch,), generator=gen).tolist()
+    return [torch.randint(30, vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+def _best(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _hf_generate(model, tok, prompts, new_tokens: int, with_logits: bool):
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                              pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                              output_logits=with_logits, return_dict_in_generate=with_logits)
+    with torch.inference_mode():
+        return model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+
+
+def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tok = load_model(init_tiny(tmp, TinyModelConfig()))
+    engine = TorchEngine(model, tok, stop_at_eos=False)
+    rows = []
+    for batch in batch_sizes:
+        prompts = _prompts(batch, len(tok), seed=batch)
+        requests = [GenerationRequest(p, SamplingParams(temperature=1.0,
+                                                        max_new_tokens=new_tokens, seed=i))
+                    for i, p in enumerate(prompts)]
+        tokens = batch * new_tokens
+        engine.generate(requests[:1])  # warm-up
+        t_engine = _best(lambda r=requests: engine.generate(r), repeats)
+        t_hf = _best(lambda p=prompts: _hf_generate(model, tok, p, new_tokens, False), repeats)
+        t_hf_lp = _best(lambda p=prompts: _hf_generate(model, tok, p, new_tokens, True), repeats)
+        rows.append({"batch": batch, "new_tokens": new_tokens, "tokens": tokens,
+                     "torch_engine_tok_s": round(tokens / t_engine, 1),
+                     "hf_generate_tok_s": round(tokens / t_hf, 1),
+                     "hf_generate_logits_tok_s": round(tokens / t_hf_lp, 1),
+                     "speedup_vs_hf": round(t_hf / t_engine, 2)})
+    return {"model": "tiny qwen2 (hidden 128, 5 layers)", "device": "cpu",
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "machine": platform.processor() or platform.machine(), "repeats": repeats,
+            "results": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine.json"))
+    args = parser.parse_args()
+    report = run(args.batch_sizes, args.new_tokens, args.repeats)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
