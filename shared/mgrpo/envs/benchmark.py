@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mgrpo.envs.corpus import Corpus, render_corpus
 from mgrpo.envs.kg import SPLITS, KnowledgeGraph, build_kg
@@ -37,6 +37,8 @@ def _default_entities() -> dict[str, dict[str, int]]:
 
 class BenchmarkConfig(BaseModel):
     """How big the benchmark is. Defaults: about 3,500 questions and 700 documents, < 5 s."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt size in --config must fail
 
     seed: int = 0
     n_train: int = Field(3000, ge=1, description="train questions")

@@ -29,7 +29,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mgrpo.envs import protocol as P
 from mgrpo.envs.arith import evaluate_arithmetic
@@ -44,20 +44,28 @@ _OP_RE = re.compile(r" [-+<>] ")
 
 
 class PlannerErrors(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a typo in a rate name must fail
+
     skip_delegation: float = Field(0.0, ge=0, le=1, description="per episode")
     wrong_agent: float = Field(0.0, ge=0, le=1, description="per delegation")
     arithmetic_slip: float = Field(0.0, ge=0, le=1, description="per coder subtask")
 
 
 class SearcherErrors(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     bad_query: float = Field(0.0, ge=0, le=1, description="per search")
 
 
 class CoderErrors(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     code_slip: float = Field(0.0, ge=0, le=1, description="per coder call")
 
 
 class ExpertErrors(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     planner: PlannerErrors = Field(default_factory=PlannerErrors)
     searcher: SearcherErrors = Field(default_factory=SearcherErrors)
     coder: CoderErrors = Field(default_factory=CoderErrors)

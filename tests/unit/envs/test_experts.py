@@ -26,7 +26,7 @@ def test_error_free_expert_scores_100_percent(small_bench, local_tools, split):
 
 
 @pytest.mark.heavy
-def test_error_free_expert_scores_100_percent_default_benchmark(local_tools):
+def test_error_free_expert_scores_100_percent_default_benchmark():
     from mgrpo.sandbox.local import LocalSandbox
     from mgrpo.tools import build_tool
 
@@ -133,6 +133,8 @@ def test_error_spec_parsing():
         ExpertErrors.parse("planner.wrong_agent=lots")
     with pytest.raises(ValueError):
         ExpertErrors.parse("planner.wrong_agent=1.5")
+    with pytest.raises(ValueError, match="extra"):
+        ExpertErrors(planner={"skip_delgation": 0.5})
 
 
 def test_demos_files_sft_format_and_determinism(tmp_path, small_bench, local_tools):
