@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from conftest import small_config
+from envs_testkit import small_config
 from mgrpo.envs import (
     BenchmarkConfig,
     Corpus,
