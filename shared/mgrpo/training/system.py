@@ -23,7 +23,7 @@ from mgrpo.training.subagents import LocalSubagentPool
 # The built-in roles and their tools; user sub-agents are added through the config's
 # `agents` mapping plus mgrpo.tools' registry (docs/extending.md).
 ROLE_TOOLS = {"searcher": "search", "coder": "python"}
-ROLE_DESCRIPTIONS = {"searcher": "looks up facts", "coder": "runs python"}
+ROLE_DESCRIPTIONS = {card.name: card.description for card in P.DEFAULT_AGENTS}
 
 
 @dataclass
