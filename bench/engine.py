@@ -3,7 +3,8 @@
 Same model, same prompts (unequal lengths, left-padded), same number of new tokens (EOS is
 ignored by both so every row generates exactly ``new_tokens``), sampling at temperature 1.
 Two HF rows: plain ``generate`` and ``generate`` with ``output_logits`` (what a trainer would
-need to get per-token logprobs). Best of ``--repeats`` wall times.
+need to get per-token logprobs). Best of ``--repeats`` wall times; the three run in turn
+each repeat.
 
 Prints JSON and writes ``bench/results/engine.json``. Usage::
 
@@ -33,13 +34,16 @@ def _prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(30, vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
-def _best(fn, repeats: int) -> float:
-    times = []
+def _best_interleaved(fns: dict, repeats: int) -> dict[str, float]:
+    """Best wall time of each function, running them in turn each repeat: on a shared,
+    noisy machine load drifts, and interleaving spreads that drift evenly over the rows."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(values) for name, values in times.items()}
 
 
 def _hf_generate(model, tok, prompts, new_tokens: int, with_logits: bool):
@@ -66,9 +70,12 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
                     for i, p in enumerate(prompts)]
         tokens = batch * new_tokens
         engine.generate(requests[:1])  # warm-up
-        t_engine = _best(lambda r=requests: engine.generate(r), repeats)
-        t_hf = _best(lambda p=prompts: _hf_generate(model, tok, p, new_tokens, False), repeats)
-        t_hf_lp = _best(lambda p=prompts: _hf_generate(model, tok, p, new_tokens, True), repeats)
+        best = _best_interleaved({
+            "engine": lambda r=requests: engine.generate(r),
+            "hf": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, False),
+            "hf_logits": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, True)},
+            repeats)
+        t_engine, t_hf, t_hf_lp = best["engine"], best["hf"], best["hf_logits"]
         rows.append({"batch": batch, "new_tokens": new_tokens, "tokens": tokens,
                      "torch_engine_tok_s": round(tokens / t_engine, 1),
                      "hf_generate_tok_s": round(tokens / t_hf, 1),
