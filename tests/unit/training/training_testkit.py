@@ -1,0 +1,96 @@
+"""Helpers for the training tests (a plain module: conftest files are not importable).
+
+``ScriptedEngine`` stands in for a model: it answers each request with token ids chosen by a
+``respond(prompt_ids, params)`` function and a deterministic, position-dependent logprob, so
+tests can check where the runner puts every id, mask bit and logprob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
+from mgrpo.envs import BenchmarkConfig
+
+SMALL = {"train": {"city": 12, "person": 16, "company": 8},
+         "dev": {"city": 6, "person": 8, "company": 4},
+         "test": {"city": 6, "person": 8, "company": 4}}
+
+
+def small_bench_config(seed: int = 0) -> BenchmarkConfig:
+    return BenchmarkConfig(seed=seed, n_train=120, n_dev=40, n_test=40, entities=SMALL)
+
+
+def fake_logprob(position: int) -> float:
+    """The logprob the scripted engine reports for the token at ``position`` of a context."""
+    return -0.01 * (position % 97) - 0.001
+
+
+class ScriptedEngine:
+    """An Engine whose completions come from ``respond(prompt_ids, params) -> ids``."""
+
+    def __init__(self, tokenizer, respond: Callable[[list[int], SamplingParams], list[int]],
+                 version: int = 0):
+        self.tokenizer, self.respond, self.version = tokenizer, respond, version
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        out = []
+        for req in requests:
+            self.requests.append(req)
+            ids = list(self.respond(list(req.prompt_ids), req.params))
+            start = len(req.prompt_ids)
+            out.append(Completion(
+                prompt_ids=list(req.prompt_ids), completion_ids=ids,
+                logprobs=[fake_logprob(start + i) for i in range(len(ids))],
+                text=self.tokenizer.decode(ids), finish_reason="stop"))
+        return out
+
+    def load_weights(self, source, version: int) -> None:
+        self.version = version
+
+
+def replay_responder(records: list[tuple[list[int], list[int]]]):
+    """``respond`` that replays recorded (ids, mask) sequences: given a prompt that is a
+    prefix of a record, return that record's next generated (mask-1) tokens up to and
+    including the first stop token of the request, as a real engine would."""
+
+    def respond(prompt: list[int], params: SamplingParams) -> list[int]:
+        n = len(prompt)
+        for ids, mask in records:
+            if len(ids) > n and ids[:n] == prompt and mask[n] == 1:
+                end = n
+                while end < len(ids) and mask[end] == 1:
+                    end += 1
+                    if ids[end - 1] in params.stop_token_ids:
+                        break
+                return ids[n:end]
+        raise AssertionError(f"no recorded sequence continues this prompt (len {n})")
+
+    return respond
+
+
+def text_responder(tokenizer, turn_for: Callable[[str, SamplingParams], str]):
+    """``respond`` from text: ``turn_for(prompt_text, params) -> turn text``."""
+
+    def respond(prompt: list[int], params: SamplingParams) -> list[int]:
+        text = tokenizer.decode(prompt)
+        return tokenizer.encode(turn_for(text, params), add_special_tokens=False)
+
+    return respond
+
+
+def run_config_dict(tmp: Path, model_path: Path, bench_dir: Path, **overrides) -> dict:
+    """A tiny RunConfig for loop tests: 2 queries x K=2, short turns, a few eval questions."""
+    cfg = {
+        "name": "t", "seed": 0, "algorithm": "mgrpo",
+        "models": {m: {"path": str(model_path), "lr": 1e-3, "micro_batch_size": 4}
+                   for m in ("planner", "searcher", "coder")},
+        "k": 2, "queries_per_round": 2,
+        "sampling": {"planner_max_turns": 2, "subagent_max_turns": 2, "max_new_tokens": 6},
+        "stages": [{"stage": 1, "rounds": 2}], "eval_questions": 2,
+        "bench_dir": str(bench_dir), "out_dir": str(tmp / "run"),
+    }
+    cfg.update(overrides)
+    return cfg
