@@ -206,7 +206,11 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
             break
         if stage_index not in pools:
             pools[stage_index] = stage_pool(system, stage_index)
-        metrics = run_round(system, store, cfg.name, round_index, pools[stage_index])
+        if cfg.algorithm == "at_grpo":  # tree sampling, groups (query, agent, turn)
+            from mgrpo.training.tree import run_at_grpo_round as round_fn
+        else:
+            round_fn = run_round
+        metrics = round_fn(system, store, cfg.name, round_index, pools[stage_index])
         logger.log(round_index, metrics)
         if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0:
             logger.log(round_index, evaluate(system, test, greedy=True))
