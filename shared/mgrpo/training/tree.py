@@ -1,0 +1,347 @@
+"""AT-GRPO tree sampling (SPEC 1.5; Stronger-MAS, Zhao et al., arXiv 2510.11062).
+
+One tree per query. At each turn t of each agent i, K candidate actions are sampled from the
+SAME state (K requests on one context, seeds differing by candidate); each is scored with the
+turn reward ``r = alpha * r_team + r_local`` (``mgrpo.algo.mix_turn_reward``) and the episode
+continues from the best one (``mgrpo.algo.greedy_choice``, ties to the lowest k). Every
+candidate becomes a training sample: its state (mask 0) plus its action (mask 1), grouped by
+the key (query, agent, turn) with ``mgrpo.algo.at_grpo_advantages``.
+
+Turn rewards, and how they differ from the paper (which leaves both to the environment):
+
+- ``r_local`` (the agent's own step, ground truth from the benchmark): planner ->
+  ``planner_turn_reward`` (a call that names a gold subtask, or a correct answer); searcher
+  tool turn -> ``searcher_turn_reward`` (a gold document retrieved); any other tool turn ->
+  its observation equals the task's true answer; a return -> r_expert (``RuleExpertJudge``:
+  the true answer to the task it was given); an invalid turn -> 0.
+- ``r_team`` must be known at branch time, before the episode that follows the candidate is
+  played (only the chosen candidate is continued, so a rollout's final correctness exists for
+  one candidate per group, not all K). We use the team progress the turn itself makes,
+  judged by ground truth: a planner answer -> its exact match with the gold answer; a
+  sub-agent return -> 1 if the value is the gold answer of one of the question's subtasks
+  (the team needs it); calls and tool turns -> 0. Not the final outcome of a continued
+  rollout: that would cost K continuations per turn.
+- ``turn`` of the group key counts an agent's decisions across the whole episode (a
+  searcher's second call starts at the turn after its first call's last), so a group is
+  always K candidates of one state.
+
+What this module does not do: the policy update (``mgrpo.training.update``), evaluation (the
+ordinary runner plays the trained policies), or checkpoints (``mgrpo.training.loop``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mgrpo.algo import at_grpo_advantages, greedy_choice, mix_turn_reward
+from mgrpo.engines.base import Completion, GenerationRequest
+from mgrpo.envs import protocol as P
+from mgrpo.envs import protocol_tokens as T
+from mgrpo.envs.rewards import (
+    exact_match,
+    normalize_answer,
+    planner_turn_reward,
+    searcher_turn_reward,
+)
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import (
+    AgentRuntime,
+    TokenContext,
+    encode,
+    mix_seed,
+    sampling_params,
+    stop_ids,
+)
+from mgrpo.training.scoring import GroupStat, Sample, score_episode
+from mgrpo.training.subagents import FAILED_RESULT
+from mgrpo.types import Trajectory, trajectory_id
+
+
+@dataclass
+class TreeEpisode:
+    """One query's tree: every candidate of every turn, and the greedy path's outcome."""
+
+    question: Any
+    candidates: list[Trajectory] = field(default_factory=list)
+    answer: str | None = None
+    format_ok: bool = False
+    trace: list[dict] = field(default_factory=list)
+    ctx: TokenContext = field(default_factory=TokenContext)
+    turns: dict[str, int] = field(default_factory=dict)  # agent -> decisions so far
+    calls: dict[str, int] = field(default_factory=dict)  # role -> invocations so far
+    done: bool = False
+
+    def next_turn(self, agent: str) -> int:
+        turn = self.turns.get(agent, 0)
+        self.turns[agent] = turn + 1
+        return turn
+
+
+@dataclass
+class Branch:
+    """One state to branch from: its context, who acts, and where the group's samples go."""
+
+    episode: TreeEpisode
+    ctx: TokenContext
+    agent: str
+    invocation: int = 0
+    task: str | None = None
+    result: str | None = None
+    done: bool = False
+
+
+@dataclass
+class Scored:
+    completion: Completion
+    action: Any
+    r_team: float
+    r_local: float
+    observation: str | None = None
+
+
+class TreeSampler:
+    """Plays AT-GRPO trees for a batch of queries with the system's agent runtimes."""
+
+    def __init__(self, runtimes: dict[str, AgentRuntime], cards: list, cfg: RunConfig,
+                 judge: Any):
+        self.runtimes, self.cards, self.cfg, self.judge = runtimes, cards, cfg, judge
+
+    def run(self, round_id: str, questions: list, seed: int) -> list[TreeEpisode]:
+        planner = self.runtimes["planner"]
+        episodes = []
+        for q in questions:
+            ep = TreeEpisode(question=q)
+            ep.ctx.add_prompt(encode(planner.tokenizer, P.planner_header(q.question, self.cards)))
+            episodes.append(ep)
+        for _ in range(self.cfg.sampling.planner_max_turns):
+            live = [Branch(ep, ep.ctx, "planner") for ep in episodes if not ep.done]
+            if not live:
+                break
+            calls = []
+            for branch, best in zip(live, self._branch(planner, live, round_id, seed),
+                                    strict=True):
+                call = self._planner_step(branch, best)
+                if call is not None:
+                    calls.append(call)
+            for role in dict.fromkeys(c.agent for c in calls):
+                self._subagent_tree([c for c in calls if c.agent == role], round_id, seed)
+            for call in calls:
+                result = call.result if call.result is not None else FAILED_RESULT
+                call.episode.ctx.add_prompt(encode(planner.tokenizer, P.render_ret(result)))
+        return episodes
+
+    # -- branching --------------------------------------------------------------------------
+    def _branch(self, runtime: AgentRuntime, branches: list[Branch], round_id: str,
+                seed: int) -> list[Scored]:
+        """K candidates per branch, each scored and stored; returns each branch's best."""
+        k = self.cfg.k
+        stops = stop_ids(runtime.tokenizer, T.PLANNER_STOPS if runtime.role == "planner"
+                         else T.SUBAGENT_STOPS)
+        turns = [b.episode.next_turn(b.agent) for b in branches]
+        requests = [GenerationRequest(list(b.ctx.ids), sampling_params(
+            self.cfg.sampling, stops, mix_seed(seed, round_id, b.episode.question.id, b.agent,
+                                               turn, c)))
+                    for b, turn in zip(branches, turns, strict=True) for c in range(k)]
+        completions = runtime.engine.generate(requests)
+        best_of = []
+        for i, (branch, turn) in enumerate(zip(branches, turns, strict=True)):
+            scored = [self._score(runtime, branch, c) for c in completions[i * k:(i + 1) * k]]
+            rewards = torch.tensor([float(mix_turn_reward(s.r_team, s.r_local,
+                                                          self.cfg.at_grpo_alpha))
+                                    for s in scored])
+            best = int(greedy_choice(rewards, torch.zeros(k, dtype=torch.long))[0])
+            for c, (s, r) in enumerate(zip(scored, rewards.tolist(), strict=True)):
+                branch.episode.candidates.append(
+                    self._trajectory(runtime, branch, round_id, turn, c, s, r, c == best))
+            best_of.append(scored[best])
+        return best_of
+
+    def _trajectory(self, runtime: AgentRuntime, branch: Branch, round_id: str, turn: int,
+                    candidate: int, s: Scored, reward: float, chosen: bool) -> Trajectory:
+        ctx, ids = branch.ctx, s.completion.completion_ids
+        qid = branch.episode.question.id
+        base = trajectory_id(round_id, qid, candidate, branch.agent, branch.invocation)
+        return Trajectory(
+            traj_id=f"{base}/t{turn}", round_id=round_id, query_id=qid, rollout=candidate,
+            agent=branch.agent, model=runtime.model, invocation=branch.invocation,
+            weights_version=runtime.engine.version, turn=turn,
+            input_ids=ctx.ids + ids, response_mask=[0] * len(ctx.ids) + [1] * len(ids),
+            old_logprobs=[0.0] * len(ctx.ids) + list(s.completion.logprobs),
+            format_ok=s.action.kind != "invalid", subtask=branch.task,
+            result=getattr(s.action, "payload", None) or getattr(s.action, "answer", None),
+            reward=reward, extra={"r_team": s.r_team, "r_local": s.r_local, "chosen": chosen})
+
+    # -- turn rewards -----------------------------------------------------------------------
+    def _score(self, runtime: AgentRuntime, branch: Branch, completion: Completion) -> Scored:
+        question = branch.episode.question
+        if branch.agent == "planner":
+            action = P.parse_planner_turn(completion.text)
+            team = exact_match(action.answer, question.answer) if action.kind == "answer" \
+                else 0.0
+            return Scored(completion, action, team, planner_turn_reward(question, action))
+        action = P.parse_subagent_turn(completion.text)
+        if action.kind == "return":
+            gold = {normalize_answer(st.answer) for st in question.subtasks}
+            team = float(normalize_answer(action.payload) in gold)
+            local = float(self.judge.judge(branch.agent, branch.task or "", action.payload))
+            return Scored(completion, action, team, local)
+        if action.kind == "tool" and runtime.tool is not None:
+            observation = runtime.tool.run(action.payload)
+            if hasattr(runtime.tool, "retrieve"):
+                docs = [d.id for d in runtime.tool.retrieve(action.payload)]
+                local = searcher_turn_reward(question, action.payload, docs)
+            else:
+                truth = self.judge.truth(branch.agent, branch.task or "")
+                local = exact_match(observation, truth) if truth is not None else 0.0
+            return Scored(completion, action, 0.0, float(local), observation)
+        return Scored(completion, action, 0.0, 0.0)
+
+    # -- continuing from the best candidate -------------------------------------------------
+    def _planner_step(self, branch: Branch, best: Scored) -> Branch | None:
+        ep, action = branch.episode, best.action
+        ep.ctx.add_generated(best.completion)
+        if action.kind == "answer":
+            ep.answer, ep.done = action.answer, True
+            ep.format_ok = True
+            ep.trace.append({"agent": "planner", "answer": action.answer})
+            return None
+        planner_turns = ep.turns.get("planner", 0)
+        if action.kind != "call" or action.agent not in self.runtimes or \
+                action.agent == "planner" or planner_turns >= self.cfg.sampling.planner_max_turns:
+            ep.done = True  # broken protocol: format_ok stays False
+            return None
+        invocation = ep.calls.get(action.agent, 0)
+        ep.calls[action.agent] = invocation + 1
+        ep.trace.append({"agent": "planner", "delegate": action.agent, "task": action.task})
+        runtime = self.runtimes[action.agent]
+        ctx = TokenContext()
+        ctx.add_prompt(encode(runtime.tokenizer, P.subagent_header(action.agent, action.task)))
+        return Branch(ep, ctx, action.agent, invocation, task=action.task)
+
+    def _subagent_tree(self, calls: list[Branch], round_id: str, seed: int) -> None:
+        runtime = self.runtimes[calls[0].agent]
+        for _ in range(self.cfg.sampling.subagent_max_turns):
+            live = [c for c in calls if not c.done]
+            if not live:
+                return
+            for call, best in zip(live, self._branch(runtime, live, round_id, seed),
+                                  strict=True):
+                call.ctx.add_generated(best.completion)
+                if best.action.kind == "return":
+                    call.result, call.done = best.action.payload, True
+                elif best.observation is not None:
+                    call.ctx.add_prompt(encode(runtime.tokenizer, P.render_obs(best.observation)))
+                    call.episode.trace.append({"agent": call.agent, "tool": runtime.tool.name,
+                                               "input": best.action.payload,
+                                               "observation": best.observation})
+                else:
+                    call.done = True  # invalid turn: the planner gets FAILED_RESULT
+
+
+def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample],
+                                                                      list[GroupStat]]:
+    """Advantages for the candidates of one model: GRPO within each (query, agent, turn)
+    group of K candidates (``at_grpo_advantages``); rewards are the stored turn rewards."""
+    if not trajs:
+        return [], []
+    missing = [t.traj_id for t in trajs if t.reward is None or t.turn is None]
+    if missing:
+        raise ValueError(f"AT-GRPO samples need `reward` and `turn` on every trajectory; "
+                         f"{missing[:3]} lack them (were they made by TreeSampler?)")
+    index = {name: {v: i for i, v in enumerate(sorted({getattr(t, name) for t in trajs}))}
+             for name in ("query_id", "agent")}
+    rewards = torch.tensor([float(t.reward) for t in trajs])
+    queries = torch.tensor([index["query_id"][t.query_id] for t in trajs])
+    agents = torch.tensor([index["agent"][t.agent] for t in trajs])
+    turns = torch.tensor([int(t.turn) for t in trajs])
+    adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
+                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling)
+    samples = [Sample(t, float(a), float(r))
+               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
+               if keep]
+    stats = []
+    for g in torch.unique(adv.group_ids).tolist():
+        members = [i for i, gid in enumerate(adv.group_ids.tolist()) if gid == g]
+        t0 = trajs[members[0]]
+        r = rewards[members]
+        stats.append(GroupStat(t0.agent, f"{t0.query_id}|{t0.agent}|t{t0.turn}", len(members),
+                               float(r.mean()), float(r.std(unbiased=False))))
+    return samples, stats
+
+
+def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
+                 verifier: Any) -> None:
+    """Candidates into the store, one rollout per candidate slot k (its candidates of every
+    turn); each slot also gets the greedy path's outcome, the episode all K belong to."""
+    from mgrpo.store.records import PlannerOutcomeIn
+
+    for tree in trees:
+        qid = tree.question.id
+        correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
+                                        verifier, cfg.rewards.planner)
+        for k in range(cfg.k):
+            attempt = store.begin_attempt(round_id, qid, k)
+            if attempt is None:  # completed before a crash
+                continue
+            trajs = [t.model_copy(update={"attempt": attempt})
+                     for t in tree.candidates if t.rollout == k]
+            store.write_planner_outcomes(round_id, [PlannerOutcomeIn(
+                query_id=qid, rollout=k, attempt=attempt, format_ok=tree.format_ok,
+                correct=correct, reward=reward)])
+            store.ingest_trajectories(trajs)
+            store.complete_rollout(round_id, qid, k, attempt)
+
+
+def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) -> dict:
+    """One AT-GRPO round (the ``at_grpo`` branch of ``mgrpo.training.loop``): trees ->
+    store -> each model's trainer reads its candidates back, publishes its group statistics
+    and updates -> checkpoint."""
+    import time
+
+    from mgrpo.training.loop import _save_state, publish_stats
+    from mgrpo.training.rounds import sample_questions
+    from mgrpo.training.update import policy_update
+
+    cfg = system.cfg
+    round_id = f"{run_id}-r{round_index:04d}"
+    questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
+    store.create_round(run_id, round_id, round_index, [q.id for q in questions], cfg.k,
+                       cfg.model_dump(mode="json"))
+    t0 = time.perf_counter()
+    trees = TreeSampler(system.runtimes, system.cards(), cfg, system.judge).run(
+        round_id, questions, mix_seed(cfg.seed, "at_grpo", round_index))
+    t1 = time.perf_counter()
+    ingest_trees(store, round_id, trees, cfg, system.verifier)
+    t2 = time.perf_counter()
+    metrics: dict[str, float] = {}
+    for lm in system.models.values():
+        roles = [r for r, m in cfg.agents.items() if m == lm.name]
+        trajs = [t for t in store.round_trajectories(round_id, lm.name) if t.agent in roles]
+        samples, stats = at_grpo_samples(trajs, cfg)
+        publish_stats(store, round_id, lm.name, stats)
+        for role in roles:
+            rewards = [s.reward for s in samples if s.trajectory.agent == role]
+            if rewards:
+                metrics[f"{role}/turn_reward_mean"] = sum(rewards) / len(rewards)
+                metrics[f"{role}/samples"] = float(len(rewards))
+        if lm.optimizer is not None and samples:
+            generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
+            update = policy_update(lm.model, lm.optimizer, samples, cfg.models[lm.name],
+                                   cfg.loss, pad_id=lm.tokenizer.pad_token_id,
+                                   generator=generator)
+            metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
+    t3 = time.perf_counter()
+    _save_state(system, round_index)
+    n = max(len(trees), 1)
+    correct = [float(system.verifier.score(t.answer or "", t.question.answer)) * t.format_ok
+               for t in trees]
+    metrics.update({"planner/accuracy": sum(correct) / n,
+                    "planner/format_valid": sum(t.format_ok for t in trees) / n,
+                    "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1,
+                    "time/update_s": t3 - t2, "time/weight_sync_s": time.perf_counter() - t3})
+    store.record_metrics(run_id, round_id, metrics)
+    store.set_round_status(round_id, "done")
+    return metrics
