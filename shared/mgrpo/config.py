@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     health_port: int = Field(9100, description="Health/metrics port of worker services.")
     device: str = Field("cpu", description="torch device for models: cpu, cuda, cuda:1 ...")
     log_level: str = "INFO"
+    run_config: str | None = Field(
+        None, description="YAML run config (mgrpo.training.config.RunConfig) the services "
+        "share: agents -> models, k, rewards, sampling, bench_dir. Unset: the defaults, with "
+        "each model at <models_dir>/<model>.")
+    queue_prefix: str = Field(
+        "", description="Prefix of every work queue name (e.g. 'staging.'): several "
+        "deployments (or tests) can share one RabbitMQ. Empty in production.")
 
 
 @lru_cache(maxsize=1)

@@ -28,3 +28,52 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
                                    "max_queue": max_queue}.items() if v is not None}
     uvicorn.run(create_app(SandboxServiceSettings(**overrides)), host=host, port=port,
                 log_level="warning")
+
+
+def _settings():
+    from mgrpo.config import get_settings
+
+    return get_settings()
+
+
+@app.command("planner")
+def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 in a "
+                                     "container)."),
+            port: int = typer.Option(8000, help="TCP port of the REST API.")) -> None:
+    """Run the planner REST API (/v1/queries, /v1/rounds, ..., /healthz, /readyz, /metrics;
+    OpenAPI at /docs)."""
+    from services.planner.app import main
+
+    main(_settings(), host, port)
+
+
+@app.command("planner-worker")
+def planner_worker(batch_size: int = typer.Option(16, min=1, help="Episode tasks played as "
+                                                  "one batched run.")) -> None:
+    """Run a planner worker: episodes from planner.episodes, delegations over the bus."""
+    from services.planner.worker import main
+
+    main(_settings(), batch_size)
+
+
+@app.command("subagent")
+def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (its queue is "
+                                      "subagent.<name>)."),
+             tool: str = typer.Option(..., help="Tool registry name: search, python, ..."),
+             model: str = typer.Option(None, help="Model folder (default: the run config's "
+                                       "path for this role's model)."),
+             description: str = typer.Option("", help="One line the planner sees."),
+             batch_size: int = typer.Option(16, min=1)) -> None:
+    """Run one tool sub-agent; it registers itself, so the planner lists it."""
+    from services.subagent.main import main
+
+    main(_settings(), name, tool, model, description, batch_size)
+
+
+@app.command("trainer")
+def trainer(model: str = typer.Option(..., help="The model this trainer trains (a key of "
+                                      "`models:` in the run config).")) -> None:
+    """Run one model's trainer: ingest, wait for the round, train, checkpoint, announce."""
+    from services.trainer.main import main
+
+    main(_settings(), model)

@@ -1,0 +1,16 @@
+"""Entry point of ``mgrpo serve planner``: the REST API (uvicorn). Thin: the app is
+``mgrpo.services.api.app``."""
+
+from __future__ import annotations
+
+from mgrpo.config import Settings
+
+
+def main(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+    from mgrpo.services.api.app import create_app
+    from mgrpo.services.process import setup_logging
+
+    setup_logging(settings, "planner")
+    uvicorn.run(create_app(settings=settings), host=host, port=port,
+                log_level=settings.log_level.lower())

@@ -1,0 +1,64 @@
+"""The planner service's FastAPI app (SPEC 2.6). OpenAPI at ``/docs`` and ``/openapi.json``.
+
+:func:`create_app` takes an :class:`~mgrpo.services.api.deps.ApiState` (tests pass their own
+store and bus) or builds one from settings. Bad input gets 422 with one readable ``message``
+line besides FastAPI's ``detail`` list; unknown ids 404; a round already running 409.
+
+What this module does NOT do: run episodes for training rounds (the planner workers do; the
+API only enqueues them) or train.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from mgrpo.config import Settings
+from mgrpo.services.api.deps import ApiState
+from mgrpo.services.api.routes import evaluations, health, queries, registry, rounds
+
+
+def build_state(settings: Settings) -> ApiState:
+    from mgrpo.services.context import load_service_config, make_bus, open_store
+
+    store = open_store(settings)
+    return ApiState(settings, load_service_config(settings), store, make_bus(settings, store))
+
+
+def create_app(state: ApiState | None = None, settings: Settings | None = None) -> FastAPI:
+    state = state or build_state(settings or Settings())
+    app = FastAPI(title="mgrpo planner API", version="1",
+                  description="Queries through the planner and its tool sub-agents; M-GRPO "
+                  "training rounds; evaluations; the agent registry and checkpoints. Mutating "
+                  "endpoints need 'Authorization: Bearer <MGRPO_API_TOKEN>'.")
+    app.state.api = state
+    app.state.registry = metrics_registry = CollectorRegistry()
+    requests = Counter("mgrpo_api_requests", "HTTP requests by route and status",
+                       ["route", "status"], registry=metrics_registry)
+    seconds = Histogram("mgrpo_api_request_seconds", "Request duration", ["route"],
+                        registry=metrics_registry)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        requests.labels(route, str(response.status_code)).inc()
+        seconds.labels(route).observe(time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_input(_: Request, err: RequestValidationError) -> JSONResponse:
+        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+                  for e in err.errors()]
+        message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
+        return JSONResponse(status_code=422, content={"detail": detail, "message": message})
+
+    for module in (health, queries, rounds, evaluations, registry):
+        app.include_router(module.router)
+    app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)
+    return app

@@ -1,0 +1,80 @@
+"""Dependencies of the REST API (``Annotated`` aliases) and the state they read.
+
+:class:`ApiState` holds what the routes need: settings, the run config, the store, the bus
+and (built on first use, because it loads a model) the planner runtime. Tests build one with
+their own store and bus.
+
+Auth: mutating endpoints need ``Authorization: Bearer <MGRPO_API_TOKEN>``. No header: 401;
+a wrong token: 403; no token configured: 403 in distributed mode (the endpoints are off),
+allowed in embedded mode (a laptop).
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, HTTPException, Request
+
+from mgrpo.config import Settings
+from mgrpo.services.context import Queues
+from mgrpo.training.config import RunConfig
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    cfg: RunConfig
+    store: Any
+    bus: Any
+    planner: Any = None  # PlannerRuntime, built lazily
+    bench: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def queues(self) -> Queues:
+        return Queues(self.settings.queue_prefix)
+
+    def planner_runtime(self):
+        with self._lock:
+            if self.planner is None:
+                from mgrpo.services.planner_worker import PlannerRuntime, new_reply_suffix
+
+                self.planner = PlannerRuntime.build(self.settings, self.cfg, self.store,
+                                                    self.bus, reply_suffix=new_reply_suffix())
+            return self.planner
+
+    def benchmark(self):
+        with self._lock:
+            if self.bench is None:
+                from mgrpo.envs import load_benchmark
+
+                self.bench = load_benchmark(self.cfg.bench_dir)
+            return self.bench
+
+
+def get_state(request: Request) -> ApiState:
+    return request.app.state.api
+
+
+def require_token(state: Annotated[ApiState, Depends(get_state)],
+                  authorization: Annotated[str | None, Header()] = None) -> None:
+    expected = state.settings.api_token
+    if not expected:
+        if state.settings.mode == "distributed":
+            raise HTTPException(403, "mutating endpoints are disabled: MGRPO_API_TOKEN is not "
+                                "set on the planner service; set it and send "
+                                "'Authorization: Bearer <token>'")
+        return
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' "
+                            "(the value of MGRPO_API_TOKEN)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(authorization[7:].strip(), expected):
+        raise HTTPException(403, "the bearer token does not match MGRPO_API_TOKEN")
+
+
+State = Annotated[ApiState, Depends(get_state)]
+Authorized = Annotated[None, Depends(require_token)]

@@ -1,0 +1,33 @@
+"""``POST /v1/evaluations``: play one episode per held-out question and score it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from mgrpo.envs.rewards import ExactMatchVerifier
+from mgrpo.services.api.deps import Authorized, State
+from mgrpo.services.api.schemas import EvaluationIn, EvaluationOut
+from mgrpo.training.episodes import EpisodeJob, mix_seed
+from mgrpo.training.scoring import score_episode
+
+router = APIRouter(prefix="/v1/evaluations", tags=["evaluations"])
+
+
+def evaluate(state, body: EvaluationIn) -> EvaluationOut:
+    questions = state.benchmark().questions(body.split)[: body.n_questions]
+    planner = state.planner_runtime()
+    jobs = [EpisodeJob(q, f"query-eval-{q.id}", 0, mix_seed("eval", q.id)) for q in questions]
+    episodes = planner.play(jobs, greedy=body.greedy)
+    verifier, weights = ExactMatchVerifier(), state.cfg.rewards.planner
+    correct = [score_episode(ep.answer, ep.format_ok, ep.job.question.answer, verifier,
+                             weights)[0] for ep in episodes]
+    n = max(len(episodes), 1)
+    return EvaluationOut(n=len(episodes), accuracy=sum(correct) / n,
+                         format_valid=sum(ep.format_ok for ep in episodes) / n,
+                         weights_version=planner.runtime.engine.version)
+
+
+@router.post("", response_model=EvaluationOut, summary="Evaluate the current weights")
+async def post_evaluation(body: EvaluationIn, state: State, _: Authorized) -> EvaluationOut:
+    return await run_in_threadpool(evaluate, state, body)

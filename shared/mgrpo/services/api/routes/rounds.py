@@ -1,0 +1,59 @@
+"""Training rounds: start (``POST /v1/rounds``), list, inspect, cancel."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from fastapi.concurrency import run_in_threadpool
+
+from mgrpo.services.api.deps import Authorized, State
+from mgrpo.services.api.schemas import RoundIn, RoundOut
+from mgrpo.services.rounds import RoundConflict, cancel_round, round_summary, start_round
+
+router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
+
+
+def _summary(state, round_id: str) -> RoundOut:
+    summary = round_summary(state.store, round_id)
+    if summary is None:
+        raise HTTPException(404, f"round {round_id!r} does not exist; list rounds with "
+                            "GET /v1/rounds")
+    return RoundOut(**summary)
+
+
+def _start(state, body: RoundIn) -> RoundOut:
+    overrides = {k: v for k, v in {"queries_per_round": body.queries_per_round,
+                                   "k": body.k}.items() if v is not None}
+    cfg = state.cfg.model_copy(update=overrides)
+    try:
+        record = start_round(state.store, state.bus, cfg, state.queues, run_id=body.run_id,
+                             bench=state.benchmark())
+    except RoundConflict as error:
+        raise HTTPException(409, str(error)) from error
+    return _summary(state, record.round_id)
+
+
+@router.post("", response_model=RoundOut, status_code=201,
+             summary="Start a training round: B queries x K rollouts enqueued")
+async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
+    return await run_in_threadpool(_start, state, body)
+
+
+@router.get("", response_model=list[RoundOut], summary="List rounds (newest last)")
+def list_rounds(state: State, run_id: str | None = None) -> list[RoundOut]:
+    return [RoundOut(**r.model_dump(exclude={"config"}),
+                     trained_models=r.config.get("trained_models", []))
+            for r in state.store.list_rounds(run_id)]
+
+
+@router.get("/{round_id}", response_model=RoundOut,
+            summary="One round: progress, published models, metrics")
+def get_round(round_id: str, state: State) -> RoundOut:
+    return _summary(state, round_id)
+
+
+@router.post("/{round_id}/cancel", response_model=RoundOut, summary="Cancel a round")
+def post_cancel(round_id: str, state: State, _: Authorized) -> RoundOut:
+    if cancel_round(state.store, round_id) is None:
+        raise HTTPException(404, f"round {round_id!r} does not exist; list rounds with "
+                            "GET /v1/rounds")
+    return _summary(state, round_id)

@@ -1,0 +1,102 @@
+"""Delegations over the bus: a :data:`~mgrpo.training.episodes.Dispatch` that sends each
+:class:`~mgrpo.training.episodes.SubagentCall` as a ``SubAgentCall`` message to
+``subagent.<role>`` and waits for the ``SubAgentResult`` replies on this worker's own reply
+queue. The episode runner cannot tell it from the in-process pool.
+
+A call to a role that is not registered (no sub-agent deployment), or one that gets no reply
+within ``timeout_s``, comes back as ``FAILED_RESULT`` with no trajectory, exactly as the
+in-process pool answers an unknown agent: the planner sees "none" and goes on.
+
+What this module does NOT do: run sub-agents (``subagent_worker``) or keep trajectories: a
+sub-agent's trajectory goes from the sub-agent worker straight to its own model's trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+from mgrpo.bus.messages import SubAgentCall, SubAgentResult
+from mgrpo.training.episodes import SubagentCall, SubagentOutcome
+from mgrpo.training.subagents import FAILED_RESULT
+from mgrpo.types import trajectory_id
+
+log = logging.getLogger(__name__)
+
+
+def call_id_of(call: SubagentCall) -> str:
+    """The sub-agent trajectory's id; calls outside a round (REST queries) get a fresh one."""
+    round_id, query_id, rollout = call.key
+    return trajectory_id(round_id, query_id, rollout, call.role, call.invocation)
+
+
+class BusDispatch:
+    """Send calls, wait for replies. ``queue_of(role)`` names a role's queue, or None when no
+    such sub-agent is registered."""
+
+    def __init__(self, bus, reply_queue: str, queue_of: Callable[[str], str | None],
+                 timeout_s: float = 300.0, weights_version: int = 0) -> None:
+        self.bus, self.reply_queue, self.queue_of = bus, reply_queue, queue_of
+        self.timeout_s, self.weights_version = timeout_s, weights_version
+        self._lock = threading.Lock()
+        self._waiting: dict[str, SubAgentResult | None] = {}
+        self._arrived = threading.Condition(self._lock)
+        bus.consume(reply_queue, self._on_reply, consumer=reply_queue)
+
+    def _on_reply(self, message) -> None:
+        if not isinstance(message, SubAgentResult):
+            raise TypeError(f"{self.reply_queue} takes subagent_result messages, got "
+                            f"{message.kind!r}; send it to its own queue")
+        key = f"{message.call_id}/{message.attempt}"
+        with self._arrived:
+            if key in self._waiting:  # a late reply to a call we gave up on is dropped
+                self._waiting[key] = message
+                self._arrived.notify_all()
+
+    def __call__(self, calls: list[SubagentCall]) -> list[SubagentOutcome]:
+        sent: list[tuple[int, str]] = []
+        outcomes: list[SubagentOutcome | None] = [None] * len(calls)
+        for i, call in enumerate(calls):
+            queue = self.queue_of(call.role)
+            if queue is None:
+                outcomes[i] = _failed(call, "unknown agent")
+                continue
+            round_id, query_id, rollout = call.key
+            in_round = not round_id.startswith("query-")
+            call_id = call_id_of(call)
+            message = SubAgentCall(
+                call_id=call_id, round_id=round_id if in_round else None,
+                query_id=query_id if in_round else None, rollout=rollout, attempt=call.attempt,
+                agent=call.role, invocation=call.invocation, subtask=call.task,
+                reply_to=self.reply_queue, weights_version=self.weights_version)
+            key = f"{call_id}/{call.attempt}"
+            with self._lock:
+                self._waiting[key] = None
+            self.bus.publish(queue, message)
+            sent.append((i, key))
+        for i, key in sent:
+            reply = self._wait(key)
+            outcomes[i] = (_failed(calls[i], f"no reply within {self.timeout_s:.0f} s")
+                           if reply is None else
+                           SubagentOutcome(result=reply.result, trajectory=None,
+                                           trace=list(reply.trace)))
+        return outcomes  # type: ignore[return-value]
+
+    def _wait(self, key: str) -> SubAgentResult | None:
+        with self._arrived:
+            self._arrived.wait_for(lambda: self._waiting.get(key) is not None,
+                                   timeout=self.timeout_s)
+            return self._waiting.pop(key, None)
+
+
+def query_key(query_id: str | None = None) -> tuple[str, str, int]:
+    """Episode key of a REST query (not part of any round)."""
+    return (f"query-{uuid.uuid4().hex[:12]}", query_id or "q", 0)
+
+
+def _failed(call: SubagentCall, why: str) -> SubagentOutcome:
+    log.warning("delegation to %r failed: %s", call.role, why)
+    return SubagentOutcome(result=FAILED_RESULT, trajectory=None,
+                           trace=[{"agent": call.role, "task": call.task, "error": why}])

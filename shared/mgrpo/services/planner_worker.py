@@ -1,0 +1,178 @@
+"""The planner worker (SPEC 2.2 steps 2-3): takes a batch of ``EpisodeTask``s, plays them as
+ONE batched run of the library's :class:`~mgrpo.training.episodes.EpisodeRunner` with
+delegations over the bus, then for each episode: scores it, hands its trajectory to the
+planner model's trainer, writes the outcome, completes the rollout, and records d_k.
+
+Order per episode (why): trajectory -> outcome -> ``complete_rollout`` -> d_k. The rollout
+is completed only when everything a trainer needs of this attempt is on its way; d_k is
+recorded only by the attempt that won ``complete_rollout`` (d_k rows are first-write-wins, so
+a zombie attempt must not write them). A worker killed before ``complete_rollout`` gets the
+task redelivered and plays a NEW attempt (``begin_attempt``); trainers only read the
+completing attempt's rows. Known gap: a kill between ``complete_rollout`` and the d_k write
+leaves that rollout without d_k; its trainers wait (see docs/services.md).
+
+What this module does NOT do: train, or load weights mid-batch (``refresh_weights`` runs
+before each batch only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
+from mgrpo.config import Settings
+from mgrpo.envs import protocol as P
+from mgrpo.envs.questions import Question
+from mgrpo.envs.rewards import ExactMatchVerifier
+from mgrpo.services.batching import consume_batches
+from mgrpo.services.context import Queues, load_engine, refresh_weights, trained_models
+from mgrpo.services.dispatch import BusDispatch
+from mgrpo.store.records import DCount, PlannerOutcomeIn
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import AgentRuntime, Episode, EpisodeJob, EpisodeRunner, mix_seed
+from mgrpo.training.scoring import score_episode
+
+log = logging.getLogger(__name__)
+
+
+def worker_id() -> str:
+    """Stable enough for a reply-queue name: host and pid (a pod name in Kubernetes)."""
+    raw = f"{socket.gethostname()}-{os.getpid()}".lower()
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in raw)[:40]
+
+
+def answered_calls(trace: list[dict], role: str) -> int:
+    """d_k of ``role`` in one episode: delegations a sub-agent answered (each answer means
+    one trajectory was sent to that sub-agent's trainer; failures carry ``error``)."""
+    return sum(1 for event in trace
+               if event.get("agent") == role and "format_ok" in event and "error" not in event)
+
+
+def agent_cards(store, cfg: RunConfig, alive_within_s: float | None = None) -> list:
+    """The planner's header lists the REGISTERED sub-agents (SPEC issue 5 item 4), in the
+    order of the run config, then any other registered ones."""
+    registered = {a.name: a for a in store.list_agents(alive_within_s=alive_within_s)}
+    order = [r for r in cfg.agents if r != "planner"] + sorted(registered)
+    return [P.AgentCard(name=name, description=registered[name].description or name)
+            for name in dict.fromkeys(order) if name in registered]
+
+
+@dataclass
+class PlannerRuntime:
+    """The planner's model and a bus dispatch: what the worker and the REST API share."""
+
+    settings: Settings
+    cfg: RunConfig
+    store: object
+    bus: object
+    queues: Queues
+    runtime: AgentRuntime
+    dispatch: BusDispatch
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, settings: Settings, cfg: RunConfig, store, bus,
+              reply_suffix: str = "") -> PlannerRuntime:
+        model_name = cfg.agents["planner"]
+        _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device)
+        refresh_weights(store, engine, model_name)
+        runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
+                               tokenizer=tokenizer)
+        queues = Queues(settings.queue_prefix)
+
+        dispatch = BusDispatch(bus, queues.replies(worker_id() + reply_suffix),
+                               lambda role: registered_queue(store, role))
+        return cls(settings, cfg, store, bus, queues, runtime, dispatch)
+
+    def runner(self) -> EpisodeRunner:
+        return EpisodeRunner(self.runtime, agent_cards(self.store, self.cfg),
+                             self.cfg.sampling, dispatch=self.dispatch)
+
+    def play(self, jobs: list[EpisodeJob], greedy: bool = False) -> list[Episode]:
+        """Run episodes; weights are refreshed first and never during the run."""
+        with self.lock:
+            refresh_weights(self.store, self.runtime.engine, self.runtime.model)
+            self.dispatch.weights_version = self.runtime.engine.version
+            return self.runner().run(jobs, greedy=greedy)
+
+
+def registered_queue(store, role: str) -> str | None:
+    """The queue a registered sub-agent listens on; None: no such sub-agent (the call fails
+    fast instead of waiting on a queue nobody reads)."""
+    return next((a.queue for a in store.list_agents() if a.name == role), None)
+
+
+class PlannerWorker:
+    """Consumes ``planner.episodes`` in batches; see the module docstring."""
+
+    def __init__(self, planner: PlannerRuntime, batch_size: int = 16) -> None:
+        self.p, self.batch_size = planner, batch_size
+        self.verifier = ExactMatchVerifier()
+        self.episodes_done = 0
+
+    def start(self) -> None:
+        consume_batches(self.p.bus, self.p.queues.episodes, self.handle_batch,
+                        consumer="planner-worker", batch_size=self.batch_size)
+
+    def handle_batch(self, messages: list) -> None:
+        store = self.p.store
+        jobs: list[EpisodeJob] = []
+        for task in messages:
+            if isinstance(task, RoundCommand):
+                continue  # round commands are for trainers; nothing to do here
+            if not isinstance(task, EpisodeTask):
+                raise TypeError(f"planner.episodes takes episode_task messages, got {task.kind!r}")
+            record = store.get_round(task.round_id)
+            if record is None or record.status in ("cancelled", "failed", "done"):
+                continue
+            attempt = store.begin_attempt(task.round_id, task.query_id, task.rollout)
+            if attempt is None:  # completed by an earlier delivery
+                continue
+            query = store.get_query(task.query_id)
+            if query is None:
+                raise KeyError(f"query {task.query_id!r} of round {task.round_id!r} is not in "
+                               "the store; start rounds with start_round")
+            question = Question(id=query.query_id, question=query.question or "",
+                                answer=query.answer or "")
+            seed = mix_seed(record.config.get("seed", 0), task.round_id, query.query_id,
+                            task.rollout)
+            jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
+        if not jobs:
+            return
+        for episode in self.p.play(jobs, greedy=False):
+            self._finish(episode)
+        for round_id in {job.round_id for job in jobs}:
+            if store.round_progress(round_id).done:
+                record = store.get_round(round_id)
+                if record is not None and record.status == "running":
+                    store.set_round_status(round_id, "training")
+
+    def _finish(self, episode: Episode) -> None:
+        store, job = self.p.store, episode.job
+        record = store.get_round(job.round_id)
+        cfg = self.p.cfg
+        correct, reward = score_episode(episode.answer, episode.format_ok, job.question.answer,
+                                        self.verifier, cfg.rewards.planner)
+        planner_model = self.p.runtime.model
+        if planner_model in trained_models(record.config):
+            self.p.bus.publish(self.p.queues.trainer(planner_model),
+                               TrajectoryMessage(trajectory=episode.planner))
+        store.write_planner_outcomes(job.round_id, [PlannerOutcomeIn(
+            query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
+            format_ok=episode.format_ok, correct=correct, reward=reward)])
+        if not store.complete_rollout(job.round_id, job.question.id, job.rollout, job.attempt):
+            return  # another attempt won; this one's rows are never read
+        for role in [r for r in record.config.get("agents", {}) if r != "planner"]:
+            store.record_d_counts(role, job.round_id, [DCount(
+                query_id=job.question.id, rollout=job.rollout,
+                d=answered_calls(episode.trace, role))])
+        self.episodes_done += 1
+
+
+def new_reply_suffix() -> str:
+    return "-" + uuid.uuid4().hex[:6]

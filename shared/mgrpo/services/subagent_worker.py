@@ -1,0 +1,111 @@
+"""A tool sub-agent worker (one deployment per tool): registers itself in the store, then
+takes batches of ``SubAgentCall``s from ``subagent.<name>``, plays them with the library's
+:func:`~mgrpo.training.subagents.run_subagent_calls`, sends each trajectory to ITS OWN
+model's trainer (``trainer.<model>``, only for calls inside a round whose config trains that
+model), and only then replies to the caller. Trajectory first, reply second: when the
+planner completes the rollout, every trajectory it counts in d_k is already on a durable
+queue.
+
+Registration (``store.register_agent``) is what puts this sub-agent in the planner's header:
+adding a tool sub-agent is a run-config entry plus a deployment, no planner code.
+
+What this module does NOT do: score (the trainer computes sub-agent rewards from the planner
+outcomes in the store) or load weights mid-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
+from mgrpo.config import Settings
+from mgrpo.services.batching import consume_batches
+from mgrpo.services.context import Queues, build_tool, load_engine, refresh_weights
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
+from mgrpo.training.subagents import run_subagent_calls
+
+log = logging.getLogger(__name__)
+
+
+class SubagentWorker:
+    """``name``: the role (``searcher``); ``tool``: registry name (``search``); ``model_path``:
+    its model folder. The model NAME (trainer queue) is ``cfg.agents[name]``."""
+
+    def __init__(self, settings: Settings, cfg: RunConfig, store, bus, name: str, tool: str,
+                 model_path: str | None = None, description: str = "",
+                 batch_size: int = 16, heartbeat_s: float = 10.0) -> None:
+        self.settings, self.cfg, self.store, self.bus = settings, cfg, store, bus
+        self.name, self.tool_name = name, tool
+        self.model = cfg.agents.get(name, name)
+        path = model_path or cfg.models[self.model].path
+        _, tokenizer, engine = load_engine(path, settings.device)
+        refresh_weights(store, engine, self.model)
+        self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
+                                    tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
+                                    description=description)
+        self.description = description or _default_description(name)
+        self.queues = Queues(settings.queue_prefix)
+        self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
+        self.calls_done = 0
+        self._stop = threading.Event()
+        self._trained: dict[str, bool] = {}
+
+    def start(self) -> None:
+        self.store.register_agent(self.name, self.model, self.queues.subagent(self.name),
+                                  tool=self.tool_name, description=self.description)
+        consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
+                        consumer=f"subagent-{self.name}", batch_size=self.batch_size)
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                self.store.heartbeat(self.name)
+            except Exception:  # a store blip must not kill the worker; next beat retries
+                log.exception("heartbeat of %s failed", self.name)
+
+    def handle_batch(self, messages: list) -> None:
+        calls: list[SubAgentCall] = []
+        for message in messages:
+            if not isinstance(message, SubAgentCall) or message.agent != self.name:
+                target = getattr(message, "agent", None)
+                raise TypeError(f"subagent.{self.name} takes subagent_call messages for "
+                                f"{self.name!r}, got {message.kind!r} for {target!r}; send "
+                                "it to its own queue")
+            calls.append(message)
+        refresh_weights(self.store, self.runtime.engine, self.model)
+        library_calls = [SubagentCall(
+            key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
+            task=c.subtask, invocation=c.invocation, seed=mix_seed(c.call_id, c.attempt),
+            attempt=c.attempt) for c in calls]
+        outcomes = run_subagent_calls(self.runtime, library_calls, self.cfg.sampling)
+        for call, outcome in zip(calls, outcomes, strict=True):
+            if call.round_id is not None and outcome.trajectory is not None \
+                    and self._round_trains_me(call.round_id):
+                self.bus.publish(self.queues.trainer(self.model),
+                                 TrajectoryMessage(trajectory=outcome.trajectory))
+            trajectory = outcome.trajectory
+            self.bus.publish(call.reply_to, SubAgentResult(
+                call_id=call.call_id, attempt=call.attempt, agent=self.name,
+                result=outcome.result,
+                format_ok=bool(trajectory is not None and trajectory.format_ok),
+                trace=outcome.trace))
+            self.calls_done += 1
+
+    def _round_trains_me(self, round_id: str) -> bool:
+        if round_id not in self._trained:
+            record = self.store.get_round(round_id)
+            trained = record.config.get("trained_models", []) if record else []
+            self._trained[round_id] = self.model in trained
+        return self._trained[round_id]
+
+
+def _default_description(name: str) -> str:
+    from mgrpo.training.system import ROLE_DESCRIPTIONS
+
+    return ROLE_DESCRIPTIONS.get(name, name)

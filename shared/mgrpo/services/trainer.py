@@ -1,0 +1,231 @@
+"""One model's trainer service (SPEC 2.2 step 4): ingest that model's trajectories, wait for
+its part of each round, train with the library, checkpoint, publish, announce.
+
+- Ingestion (``trainer.<model>``): a ``TrajectoryMessage`` is upserted into the store (keyed
+  by traj_id + attempt, so a redelivery adds no row). A trajectory of another model is
+  refused (dead-letter queue, with the reason).
+- Readiness (:func:`round_ready`): every rollout completed AND, for each role this model
+  plays, the completing attempts' trajectories are all ingested: one per rollout for the
+  planner, d_k per rollout for a sub-agent (d_k recorded by the planner worker).
+- Training: :func:`mgrpo.training.rounds.train_model` (rewards; the sub-agent side reads
+  r_correct_main from the store's planner outcomes), then an atomic checkpoint
+  ``v = round index + 1``, ``store.record_checkpoint``, THEN the group statistics (the
+  "published" marker the round waits for), then the weights announcement.
+- Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
+  records. If that checkpoint already belongs to the round, the update is not applied again
+  (statistics are recomputed and re-published, an overwrite); otherwise the round is trained
+  from the previous weights and the version directory is rewritten.
+
+What this module does NOT do: keep optimizer moments across restarts (a restarted trainer
+starts Adam afresh; docs/services.md) or train a frozen model (main-only ablation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass
+
+import torch
+from sqlalchemy import func, select
+
+from mgrpo.bus.messages import RoundCommand, TrajectoryMessage, WeightsAnnouncement
+from mgrpo.config import Settings
+from mgrpo.services.context import Queues, load_engine, trained_models
+from mgrpo.store import GroupStatIn
+from mgrpo.training.config import RunConfig
+from mgrpo.training.loop import publish_stats
+from mgrpo.training.rounds import train_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainedModel:
+    """The shape :func:`train_model` expects (``LoadedModel`` of embedded mode)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    engine: object
+    optimizer: torch.optim.Optimizer | None
+    version: int = 0
+
+
+def roles_of(cfg: RunConfig, model: str) -> list[str]:
+    return [role for role, m in cfg.agents.items() if m == model]
+
+
+def expected_subagent_trajectories(store, role: str, round_id: str) -> tuple[int, int]:
+    """(rollouts with a recorded d_k, sum of d_k) of ``role`` in the round."""
+    from mgrpo.store.models import ObservedD
+
+    stmt = (select(func.count(), func.coalesce(func.sum(ObservedD.d), 0))
+            .where(ObservedD.agent == role, ObservedD.round_id == round_id))
+    with store.engine.connect() as connection:
+        rows, total = connection.execute(stmt).one()
+    return int(rows), int(total)
+
+
+def round_ready(store, round_id: str, model: str, roles: list[str]) -> bool:
+    """True when this model's part of the round is complete (see the module docstring)."""
+    progress = store.round_progress(round_id)
+    if not progress.done:
+        return False
+    for role in roles:
+        have = len(store.round_trajectories(round_id, model, agent=role))
+        if role == "planner":
+            if have < progress.total:
+                return False
+            continue
+        rows, expected = expected_subagent_trajectories(store, role, round_id)
+        if rows < progress.total or have < expected:
+            return False
+    return True
+
+
+class TrainerService:
+    def __init__(self, settings: Settings, cfg: RunConfig, store, bus, model: str,
+                 poll_s: float = 0.5) -> None:
+        if model not in cfg.models:
+            raise ValueError(f"--model {model!r} is not in the run config's models "
+                             f"{sorted(cfg.models)}; add it under `models:` or fix the flag")
+        self.settings, self.cfg, self.store, self.bus = settings, cfg, store, bus
+        self.model_name, self.poll_s = model, poll_s
+        self.roles = roles_of(cfg, model)
+        self.frozen = not cfg.models[model].trainable
+        self.queues = Queues(settings.queue_prefix)
+        self.rounds_trained = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.lm: TrainedModel | None = None
+        self._judge = None
+
+    def load(self) -> None:
+        model, tokenizer, engine = load_engine(self.cfg.models[self.model_name].path,
+                                               self.settings.device)
+        record = self.store.latest_checkpoint(self.model_name)
+        if record is not None:
+            engine.load_weights(record.uri, record.version)
+            log.info("trainer %s: resumed from v%d", self.model_name, record.version)
+        optimizer = (None if self.frozen else
+                     torch.optim.Adam(model.parameters(), lr=self.cfg.models[self.model_name].lr))
+        self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
+                               engine.version)
+
+    def start(self) -> None:
+        if self.lm is None:
+            self.load()
+        if self.frozen:
+            log.info("trainer %s is frozen (trainable: false): nothing to train", self.model_name)
+            return
+        self.bus.consume(self.queues.trainer(self.model_name), self.handle,
+                         consumer=f"trainer-{self.model_name}")
+        threading.Thread(target=self._loop, name=f"trainer-{self.model_name}",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def handle(self, message) -> None:
+        if isinstance(message, RoundCommand):
+            self._wake.set()
+            return
+        if not isinstance(message, TrajectoryMessage):
+            raise TypeError(f"trainer.{self.model_name} takes trajectory and round_command "
+                            f"messages, got {message.kind!r}")
+        traj = message.trajectory
+        if traj.model != self.model_name:
+            raise ValueError(f"trajectory {traj.traj_id!r} is of model {traj.model!r}, sent to "
+                             f"trainer {self.model_name!r}; send it to trainer.{traj.model}")
+        self.store.ingest_trajectory(traj)
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+            try:
+                self.train_ready_rounds()
+            except Exception:  # keep serving; the next poll retries (logged with traceback)
+                log.exception("trainer %s: round failed", self.model_name)
+
+    def pending_rounds(self) -> list:
+        out = []
+        for record in self.store.list_rounds():
+            if record.status in ("running", "training") \
+                    and self.model_name in trained_models(record.config) \
+                    and self.model_name not in self.store.published_models(record.round_id):
+                out.append(record)
+        return sorted(out, key=lambda r: (r.created_at, r.index))
+
+    def train_ready_rounds(self) -> int:
+        done = 0
+        for record in self.pending_rounds():
+            if not round_ready(self.store, record.round_id, self.model_name, self.roles):
+                break  # rounds train in order
+            self.train_round(record)
+            done += 1
+        return done
+
+    def train_round(self, record) -> dict[str, float]:
+        from mgrpo.models.checkpoint import MANIFEST, save_checkpoint
+
+        store, lm, round_id = self.store, self.lm, record.round_id
+        cfg = RunConfig.model_validate({k: v for k, v in record.config.items()
+                                        if k != "trained_models"})
+        trajs = store.round_trajectories(round_id, lm.name)
+        outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
+        d_seen = {r: store.d_counts(r) for r in self.roles if r != "planner"}
+        version = record.index + 1
+        already = store.latest_checkpoint(lm.name)
+        applied = already is not None and already.round_id == round_id
+        optimizer, lm.optimizer = lm.optimizer, (None if applied else lm.optimizer)
+        lm.model.train()
+        try:
+            metrics, stats = train_model(lm, self.roles, trajs, outcomes, cfg, self.judge(cfg),
+                                         d_seen, record.index)
+        finally:
+            lm.optimizer = optimizer
+            lm.model.eval()
+        if not applied:
+            uri = save_checkpoint(lm.model, self.settings.checkpoint_uri, lm.name, version,
+                                  tokenizer=lm.tokenizer, extra={"round_id": round_id},
+                                  exist_ok=True)
+            sha = _sha256(f"{uri}/{MANIFEST}")
+            store.record_checkpoint(lm.name, version, uri, sha, round_id=round_id)
+            lm.engine.version = lm.version = version
+        record_ck = store.latest_checkpoint(lm.name)
+        publish_stats(store, round_id, lm.name, stats)
+        if not stats:  # nothing to group (no calls this round): still say "published"
+            store.publish_group_stats(round_id, lm.name, self.roles[0],
+                                      [GroupStatIn(group_key="(none)", n=0, mean=0.0, std=0.0)],
+                                      published_by=f"trainer-{lm.name}")
+        store.record_metrics(record.run_id, round_id,
+                             {**metrics, f"{lm.name}/trajectories": float(len(trajs))})
+        self.bus.announce_weights(WeightsAnnouncement(
+            model=lm.name, version=record_ck.version, uri=record_ck.uri,
+            sha256=record_ck.sha256, round_id=round_id))
+        if set(trained_models(record.config)) <= store.published_models(round_id):
+            store.set_round_status(round_id, "done")
+        self.rounds_trained += 1
+        log.info("trainer %s: round %s trained on %d trajectories (v%d)", lm.name, round_id,
+                 len(trajs), record_ck.version)
+        return metrics
+
+    def judge(self, cfg: RunConfig):
+        if self._judge is None:
+            from mgrpo.envs import load_benchmark
+            from mgrpo.envs.rewards import RuleExpertJudge
+
+            self._judge = RuleExpertJudge(load_benchmark(cfg.bench_dir))
+        return self._judge
+
+
+def _sha256(uri: str) -> str:
+    import fsspec
+
+    with fsspec.open(uri, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
