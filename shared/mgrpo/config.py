@@ -41,6 +41,10 @@ class Settings(BaseSettings):
         None, description="YAML run config (mgrpo.training.config.RunConfig) the services "
         "share: agents -> models, k, rewards, sampling, bench_dir. Unset: the defaults, with "
         "each model at <models_dir>/<model>.")
+    engine: str = Field(
+        "torch", description="Inference engine of the agent workers: torch (TorchEngine), or "
+        "'package.module:factory' with factory(model_path, device) -> (model, tokenizer, "
+        "engine) for a custom engine (a remote server, a scripted test policy).")
     queue_prefix: str = Field(
         "", description="Prefix of every work queue name (e.g. 'staging.'): several "
         "deployments (or tests) can share one RabbitMQ. Empty in production.")

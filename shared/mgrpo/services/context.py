@@ -90,8 +90,17 @@ def trained_models(round_config: dict) -> list[str]:
     return list(round_config.get("trained_models", []))
 
 
-def load_engine(path: str, device: str) -> tuple[Any, Any, Any]:
-    """(model, tokenizer, TorchEngine) for a local HF folder."""
+def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any, Any]:
+    """(model, tokenizer, engine) for a local HF folder. ``engine``: ``torch`` or a
+    ``module:factory`` path (``MGRPO_ENGINE``) called as ``factory(path, device)``."""
+    if engine != "torch":
+        import importlib
+
+        module, _, attr = engine.partition(":")
+        if not attr:
+            raise ValueError(f"MGRPO_ENGINE={engine!r} must be 'torch' or "
+                             "'package.module:factory'")
+        return getattr(importlib.import_module(module), attr)(path, device)
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
 

@@ -79,7 +79,8 @@ class PlannerRuntime:
     def build(cls, settings: Settings, cfg: RunConfig, store, bus,
               reply_suffix: str = "") -> PlannerRuntime:
         model_name = cfg.agents["planner"]
-        _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device)
+        _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
+                                           settings.engine)
         refresh_weights(store, engine, model_name)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer)

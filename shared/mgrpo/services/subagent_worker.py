@@ -40,7 +40,7 @@ class SubagentWorker:
         self.name, self.tool_name = name, tool
         self.model = cfg.agents.get(name, name)
         path = model_path or cfg.models[self.model].path
-        _, tokenizer, engine = load_engine(path, settings.device)
+        _, tokenizer, engine = load_engine(path, settings.device, settings.engine)
         refresh_weights(store, engine, self.model)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
