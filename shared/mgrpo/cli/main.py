@@ -17,7 +17,8 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models", help="Build and inspect models.")
 app.add_typer(data.app, name="data", help="Build the benchmark and demonstrations.")
-app.add_typer(serve.app, name="serve", help="Run one service (planner, subagent, trainer, sandbox).")
+app.add_typer(serve.app, name="serve",
+              help="Run one service (planner, subagent, trainer, sandbox).")
 app.add_typer(db.app, name="db", help="Stats-store migrations.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
 app.command("sft")(sft.sft)

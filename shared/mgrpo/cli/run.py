@@ -78,8 +78,27 @@ def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,
         typer.echo(str(path))
 
 
+def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
+         seed: int = typer.Option(0),
+         rounds: int = typer.Option(None, help="M-GRPO rounds (default: the demo's)."),
+         config: Path | None = typer.Option(None, exists=True, dir_okay=False,
+                                            help="YAML overriding DemoConfig fields."),
+         ) -> None:
+    """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table."""
+    import yaml
+
+    from mgrpo.training.demo import DemoConfig, run_demo
+
+    fields = yaml.safe_load(config.read_text()) if config else {}
+    fields.update({"out_dir": str(out), "seed": seed})
+    if rounds is not None:
+        fields["rounds"] = rounds
+    run_demo(DemoConfig.model_validate(fields))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the workflow commands to the root app."""
+    app.command("demo")(demo)
     app.command("train")(train)
     app.command("eval")(eval_)
     app.command("plot")(plot)

@@ -95,6 +95,8 @@ class RunConfig(BaseModel):
     stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig()])
     at_grpo_alpha: float = Field(1.0, description="AT-GRPO turn reward r = alpha*r_team + r_local")
     eval_questions: int = Field(200, ge=1, description="Held-out (test split) questions.")
+    eval_stage: int | None = Field(
+        None, description="Benchmark stage of the held-out questions (None: all stages).")
     eval_every: int = Field(0, ge=0, description="Evaluate every N rounds (0 = start/end).")
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"

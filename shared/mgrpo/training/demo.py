@@ -28,7 +28,11 @@ class DemoConfig(BaseModel):
         default_factory=lambda: {"skip_delegation": 0.5})
     searcher_errors: dict[str, float] = Field(default_factory=lambda: {"bad_query": 0.2})
     coder_errors: dict[str, float] = Field(default_factory=dict)
-    sft_steps: int = 300
+    sft_steps: dict[str, int] = Field(
+        default_factory=lambda: {"planner": 1000, "searcher": 400, "coder": 200},
+        description="Warm-start steps per role: the planner must learn to copy unseen "
+        "entity names into its delegations, which takes the longest.")
+    n_test: int = Field(600, description="Test questions (about 35% are stage 1).")
     sft_batch: int = 32
     rounds: int = 30
     queries_per_round: int = 16
@@ -53,7 +57,7 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
 
     out = Path(cfg.out_dir)
-    bench = build_benchmark(BenchmarkConfig(seed=cfg.seed))
+    bench = build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test))
     bench.save(out / "bench")
     _stamp(f"benchmark: {bench.counts()}", t0)
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,
@@ -79,7 +83,7 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
         model, tokenizer = load_model(base)
         torch.manual_seed(cfg.seed)
         metrics = train_sft(model, tokenizer, load_sft_jsonl(path),
-                            SFTConfig(steps=cfg.sft_steps, batch_size=cfg.sft_batch,
+                            SFTConfig(steps=cfg.sft_steps.get(role, 300), batch_size=cfg.sft_batch,
                                       seed=cfg.seed, eval_every=100), progress=True)
         sft_dir = out / "models" / "sft" / role
         model.save_pretrained(sft_dir)
@@ -97,7 +101,7 @@ def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
         "models": {role: {"path": p, "lr": cfg.lr} for role, p in paths.items()},
         "k": cfg.k, "queries_per_round": cfg.queries_per_round,
         "stages": [{"stage": cfg.stage, "rounds": cfg.rounds}],
-        "eval_questions": cfg.eval_questions,
+        "eval_questions": cfg.eval_questions, "eval_stage": cfg.stage,
         "bench_dir": str(Path(cfg.out_dir) / "bench"),
         "out_dir": str(Path(cfg.out_dir) / "run"),
     }
@@ -118,7 +122,8 @@ def run_demo(cfg: DemoConfig) -> dict:
     t0 = time.perf_counter()
     paths = prepare(cfg, t0)
     run_cfg = RunConfig.model_validate(run_config(cfg, paths))
-    Path(cfg.out_dir, "demo.yaml").write_text(yaml.safe_dump(run_cfg.model_dump(mode="json")))
+    Path(cfg.out_dir, "demo.yaml").write_text(
+        yaml.safe_dump(run_cfg.model_dump(mode="json"), sort_keys=False))
     _stamp("M-GRPO co-training (embedded)", t0)
     result = run_training(run_cfg)
     plots = plot_run(run_cfg.out_dir)

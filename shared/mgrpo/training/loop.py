@@ -196,7 +196,7 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     logger = MetricsLogger(Path(cfg.out_dir), enabled=progress)
     done = _restore_state(system) if resume else 0
     result = RunResult(out_dir=Path(cfg.out_dir))
-    test = system.bench.questions("test")[: cfg.eval_questions]
+    test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
     if done == 0:
         result.before = _eval_both(system, test, logger, "before")
     schedule = stage_schedule(cfg)

@@ -57,8 +57,10 @@ class System:
                              dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy))
 
     def cards(self) -> list:
-        return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r))
-                for r in self.runtimes if r != "planner"]
+        known = [c.name for c in P.DEFAULT_AGENTS]  # the experts' order: SFT saw it
+        roles = sorted((r for r in self.runtimes if r != "planner"),
+                       key=lambda r: (r not in known, known.index(r) if r in known else 0, r))
+        return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in roles]
 
 
 def build_tools(bench: Any, roles: list[str], sandbox: Any = None) -> dict[str, Any]:
