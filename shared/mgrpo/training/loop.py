@@ -50,14 +50,18 @@ def _save_state(system: System, round_index: int) -> None:
     for lm in system.models.values():
         if lm.optimizer is None:
             continue
+        # exist_ok: a crash after this write but before the state file re-runs the round.
         save_checkpoint(lm.model, ckpt_root, lm.name, round_index + 1,
-                        extra={"round": round_index})
-        torch.save(lm.optimizer.state_dict(), out_path(system.cfg, "optim", f"{lm.name}.pt.tmp"))
-        os.replace(out_path(system.cfg, "optim", f"{lm.name}.pt.tmp"),
-                   out_path(system.cfg, "optim", f"{lm.name}.pt"))
+                        extra={"round": round_index}, exist_ok=True)
+        # Versioned like the weights: the state file may still name the previous round.
+        optim = out_path(system.cfg, "optim", f"{lm.name}-v{round_index + 1}.pt")
+        torch.save(lm.optimizer.state_dict(), optim.with_suffix(".tmp"))
+        os.replace(optim.with_suffix(".tmp"), optim)
         lm.version = round_index + 1
         lm.engine.version = lm.version
     _write_json_atomic(out_path(system.cfg, STATE_FILE), {"completed_rounds": round_index + 1})
+    for lm in system.models.values():  # only the state file's version is needed now
+        out_path(system.cfg, "optim", f"{lm.name}-v{round_index}.pt").unlink(missing_ok=True)
 
 
 def _restore_state(system: System) -> int:
@@ -73,7 +77,8 @@ def _restore_state(system: System) -> int:
         if lm.optimizer is None:
             continue
         load_checkpoint(ckpt_root, lm.name, version=done, model=lm.model)
-        lm.optimizer.load_state_dict(torch.load(out_path(system.cfg, "optim", f"{lm.name}.pt")))
+        lm.optimizer.load_state_dict(
+            torch.load(out_path(system.cfg, "optim", f"{lm.name}-v{done}.pt")))
         lm.version = lm.engine.version = done
     return done
 
