@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import yaml
+
 from mgrpo.engines.base import Completion, GenerationRequest
 
 SMALL = {"train": {"city": 12, "person": 16, "company": 8},
@@ -42,7 +43,7 @@ class ScriptedPolicy:
     @staticmethod
     def turn(text: str, seed: int) -> str:
         if "<|planner|>" in text:
-            rets = re.findall(r"<ret>(.*?)</ret>", text)
+            rets = re.findall(r"<ret>(.*?)</ret>", text, re.S)
             question = text.split("<|question|>", 1)[1].split("<|planner|>", 1)[0]
             if not rets:
                 return f"<call>searcher|{question[:40]}</call>"
@@ -50,7 +51,7 @@ class ScriptedPolicy:
                 return ("<call>coder|add 2 and 3</call>" if seed % 2 == 0
                         else f"<call>searcher|{question[:30]}</call>")
             return f"<answer>{rets[0][:20]}</answer>"
-        obs = re.findall(r"<obs>(.*?)</obs>", text)
+        obs = [o.replace("\n", " ") for o in re.findall(r"<obs>(.*?)</obs>", text, re.S)]
         if "<|coder|>" in text:
             return "<return>" + obs[0][:20] + "</return>" if obs else "<tool>print(2 + 3)</tool>"
         task = text.split("<|task|>", 1)[1].split("<|", 1)[0]

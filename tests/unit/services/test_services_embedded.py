@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from services_testkit import make_bench, make_tiny, write_run_config
+
 from mgrpo.bus import InMemoryBus
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_service_config, open_store
@@ -15,7 +17,6 @@ from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.rounds import RoundConflict, start_round
 from mgrpo.services.subagent_worker import SubagentWorker
 from mgrpo.services.trainer import TrainerService
-from services_testkit import make_bench, make_tiny, write_run_config
 
 
 @pytest.fixture(scope="module")
