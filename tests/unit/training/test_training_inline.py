@@ -7,13 +7,14 @@ import json
 import random
 
 import pytest
+from training_testkit import ScriptedEngine, fake_logprob, replay_responder
+
 from mgrpo.envs import protocol as P
 from mgrpo.envs.experts import ExpertErrors, run_expert_episode
 from mgrpo.models.sft import encode_segments, load_sft_jsonl
 from mgrpo.training.config import SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeJob, EpisodeRunner
 from mgrpo.training.inline import inline_records, write_inline_demos
-from training_testkit import ScriptedEngine, fake_logprob, replay_responder
 
 
 def _episodes(bench, tools, n=6, errors=None):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 
 import pytest
+from training_testkit import run_config_dict
+
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import run_training
-from training_testkit import run_config_dict
 
 
 @pytest.mark.parametrize("algorithm", ["mgrpo", "at_grpo", "grpo"])

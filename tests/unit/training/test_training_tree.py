@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from training_testkit import ScriptedEngine
+
 from mgrpo.envs import protocol as P
 from mgrpo.envs.rewards import RuleExpertJudge
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
 from mgrpo.training.tree import TreeSampler, at_grpo_samples
-from training_testkit import ScriptedEngine
 
 S3 = 3 ** 0.5  # K=4 with one winner: (1 - 1/4) / sqrt(3/16) = sqrt(3); losers -1/sqrt(3)
 
