@@ -62,3 +62,23 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
         app.include_router(module.router)
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)
     return app
+
+
+def openapi_document() -> dict:
+    """The OpenAPI document, without touching a store or a broker (``docs/openapi.json``)."""
+    from mgrpo.training.config import ModelConfig, RunConfig
+
+    stub = ApiState(Settings(), RunConfig(models={"planner": ModelConfig(path="-"),
+                                                  "searcher": ModelConfig(path="-"),
+                                                  "coder": ModelConfig(path="-")}),
+                    store=None, bus=None)
+    return create_app(stub).openapi()
+
+
+if __name__ == "__main__":  # python -m mgrpo.services.api.app docs/openapi.json
+    import json
+    import sys
+
+    with open(sys.argv[1], "w") as handle:
+        json.dump(openapi_document(), handle, indent=2, sort_keys=True)
+        handle.write("\n")
