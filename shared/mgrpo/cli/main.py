@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from mgrpo.cli import data, db, models, run, serve, sft
+from mgrpo.cli import data, db, models, run, serve, sft, up
 
 app = typer.Typer(
     help="mgrpo: train a planner and its tool sub-agents (one LLM each) with M-GRPO.",
@@ -22,6 +22,7 @@ app.add_typer(serve.app, name="serve",
 app.add_typer(db.app, name="db", help="Stats-store migrations.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
 app.command("sft")(sft.sft)
+app.command("up")(up.up)
 
 
 @app.command()

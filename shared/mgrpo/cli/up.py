@@ -1,0 +1,81 @@
+"""``mgrpo up --config FILE``: every service as a local process against the local RabbitMQ and
+PostgreSQL (SPEC 2.4): migrations, the planner API, a planner worker, one sub-agent per
+sub-agent role of the run config, one trainer per trainable model. Each child's output is
+prefixed with its name; Ctrl-C (or SIGTERM) stops them all.
+
+What it does NOT do: start RabbitMQ or PostgreSQL, or restart a child that dies (it stops
+everything instead, so a broken set-up is visible at once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+BASE_HEALTH_PORT = 9100
+
+
+def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[str]]]:
+    """(name, argv after ``mgrpo``) of every service the run config needs."""
+    from mgrpo.training.config import load_run_config
+    from mgrpo.training.system import ROLE_TOOLS
+
+    cfg = load_run_config(config_path)
+    out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
+           ("planner-worker", ["serve", "planner-worker"])]
+    for role, model in cfg.agents.items():
+        if role != "planner":
+            out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--tool",
+                                             ROLE_TOOLS.get(role, role), "--model",
+                                             cfg.models[model].path]))
+    out += [(f"trainer-{m}", ["serve", "trainer", "--model", m]) for m in cfg.trained_models()]
+    return out
+
+
+def _pump(name: str, stream) -> None:
+    for line in iter(stream.readline, b""):
+        sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
+        sys.stdout.flush()
+
+
+def up(config: Path = typer.Option(..., exists=True, dir_okay=False,
+                                   help="YAML run config shared by every service."),
+       api_port: int = typer.Option(8000, help="Port of the planner REST API.")) -> None:
+    """Start every service as a local process (RabbitMQ and PostgreSQL must be running)."""
+    env = {**os.environ, "MGRPO_MODE": "distributed",
+           "MGRPO_RUN_CONFIG": str(config.resolve())}
+    python = [sys.executable, "-m", "mgrpo.cli.main"]
+    subprocess.run([*python, "db", "upgrade"], env=env, check=True)
+    procs: dict[str, subprocess.Popen] = {}
+    for i, (name, argv) in enumerate(service_commands(str(config), api_port)):
+        child_env = {**env, "MGRPO_HEALTH_PORT": str(BASE_HEALTH_PORT + i)}
+        proc = subprocess.Popen([*python, *argv], env=child_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        threading.Thread(target=_pump, args=(name, proc.stdout), daemon=True).start()
+        procs[name] = proc
+        typer.echo(f"[up] started {name} (pid {proc.pid}, health :{BASE_HEALTH_PORT + i})")
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    while not stopping.is_set():
+        dead = [n for n, p in procs.items() if p.poll() is not None]
+        if dead:
+            typer.echo(f"[up] {dead[0]} exited with {procs[dead[0]].returncode}; stopping all")
+            break
+        time.sleep(0.5)
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    typer.echo("[up] all services stopped")
