@@ -96,9 +96,29 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
     run_demo(DemoConfig.model_validate(fields))
 
 
+def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
+           seeds: str = typer.Option("0,1,2", help="RL seeds, comma-separated."),
+           rounds: int = typer.Option(15, help="RL rounds per run."),
+           demo_dir: Path = typer.Option(Path("runs/demo"),
+                                         help="Warm start to reuse (built if missing)."),
+           results: Path = typer.Option(Path("docs/results.md"), help="Markdown report."),
+           ) -> None:
+    """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds."""
+    from mgrpo.training.ablate import AblateConfig, run_ablation
+    from mgrpo.training.demo import DemoConfig
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--seeds {seeds!r}: expected integers like 0,1,2") from None
+    run_ablation(AblateConfig(out_dir=str(out), seeds=seed_list, rounds=rounds,
+                              demo=DemoConfig(out_dir=str(demo_dir)), results_md=str(results)))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the workflow commands to the root app."""
     app.command("demo")(demo)
     app.command("train")(train)
     app.command("eval")(eval_)
     app.command("plot")(plot)
+    app.command("ablate")(ablate)

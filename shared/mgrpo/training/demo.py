@@ -52,9 +52,9 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     from mgrpo.envs import BenchmarkConfig, build_benchmark
     from mgrpo.envs.demos import write_demos
     from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.training.system import build_tools
     from mgrpo.models import init_tiny, load_model
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
+    from mgrpo.training.system import build_tools
 
     out = Path(cfg.out_dir)
     bench = build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test))
@@ -78,6 +78,11 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
             texts.append("".join(s.text for s in example.segments))
     paths = {}
     for role, path in files.items():
+        sft_dir = out / "models" / "sft" / role
+        if (sft_dir / "config.json").exists():  # a finished warm start is reused
+            _stamp(f"warm start {role}: reusing {sft_dir}", t0)
+            paths[role] = str(sft_dir)
+            continue
         base = out / "models" / "init" / role
         init_tiny(base, corpus_texts=texts)
         model, tokenizer = load_model(base)
@@ -85,7 +90,6 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
         metrics = train_sft(model, tokenizer, load_sft_jsonl(path),
                             SFTConfig(steps=cfg.sft_steps.get(role, 300), batch_size=cfg.sft_batch,
                                       seed=cfg.seed, eval_every=100), progress=True)
-        sft_dir = out / "models" / "sft" / role
         model.save_pretrained(sft_dir)
         tokenizer.save_pretrained(sft_dir)
         save_metrics(metrics, sft_dir / "sft_metrics.json")
