@@ -37,8 +37,9 @@ class Services:
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
 
-    def start(self, name: str, *argv: str) -> subprocess.Popen:
-        port = free_port()
+    def start(self, name: str, *argv: str, port: int | None = None) -> subprocess.Popen:
+        """``port``: where /healthz answers when it is not MGRPO_HEALTH_PORT (HTTP apps)."""
+        port = port or free_port()
         env = {**self.env, "MGRPO_HEALTH_PORT": str(port)}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child)
         proc = subprocess.Popen([sys.executable, "-m", "mgrpo.cli.main", "serve", *argv],

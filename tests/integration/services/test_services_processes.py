@@ -4,12 +4,16 @@ a planner worker, two sub-agent types, three trainers. Scripted policies in the 
 
 from __future__ import annotations
 
+import json
 import time
 
+import httpx
 import pytest
+from conftest import free_port
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import TrajectoryMessage
+from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_service_config
 from mgrpo.services.rounds import start_round
 from mgrpo.types import Trajectory
@@ -37,8 +41,6 @@ def wait_for(predicate, timeout_s: float = 180.0, poll_s: float = 0.1) -> bool:
 
 
 def run_round(env, store):
-    from mgrpo.config import Settings
-
     settings = Settings(**{k[6:].lower(): v for k, v in env.items()
                            if k.startswith("MGRPO_") and k != "MGRPO_HEALTH_PORT"})
     cfg = load_service_config(settings)
@@ -48,12 +50,36 @@ def run_round(env, store):
     return settings, cfg, bus, record
 
 
-def test_one_round_through_separate_processes(deployment):
+def test_query_and_round_through_separate_processes(deployment):
     env, store, services = deployment
+    sandbox_port, api_port = free_port(), free_port()
+    services.start("sandbox", "sandbox", "--port", str(sandbox_port), port=sandbox_port)
+    services.wait_healthy("sandbox")
+    services.env.update(MGRPO_SANDBOX_URL=f"http://127.0.0.1:{sandbox_port}",
+                        MGRPO_API_TOKEN="tok")
     start_system(services)
     assert {a.name for a in store.list_agents()} == {"searcher", "coder"}
-    settings, cfg, bus, record = run_round(env, store)
-    rid = record.round_id
+    services.start("planner", "planner", "--port", str(api_port), port=api_port)
+    services.wait_healthy("planner")
+    api, auth = f"http://127.0.0.1:{api_port}", {"Authorization": "Bearer tok"}
+    answer = httpx.post(f"{api}/v1/queries", headers=auth, timeout=120,
+                        json={"question": "What is the population of Velmora?"})
+    assert answer.status_code == 200, answer.text
+    trace = answer.json()["trace"]
+    print("QUERY TRACE", json.dumps(answer.json(), indent=1))
+    assert [e["delegate"] for e in trace if "delegate" in e][0] == "searcher"
+    tools = [s["tool"] for e in trace for s in e.get("steps", [])]
+    assert "search" in tools
+    coded = httpx.post(f"{api}/v1/queries", headers=auth, timeout=120,
+                       json={"question": "add 2 and 3"}).json()
+    steps = [s for e in coded["trace"] for s in e.get("steps", [])]
+    assert [(s["tool"], s["observation"].strip()) for s in steps] == [("python", "5")]
+    assert coded["answer"] == "5"  # computed in the sandbox service, not in-process
+    assert "sandbox_calls_total" in httpx.get(f"http://127.0.0.1:{sandbox_port}/metrics").text
+    started = httpx.post(f"{api}/v1/rounds", headers=auth, json={}, timeout=60)
+    assert started.status_code == 201, started.text
+    rid = started.json()["round_id"]
+    cfg = load_service_config(Settings(run_config=env["MGRPO_RUN_CONFIG"]))
     assert wait_for(lambda: store.get_round(rid).status == "done"), \
         f"round {store.get_round(rid).status}:\n{services.log('planner-worker')[-2000:]}"
     assert store.round_progress(rid).completed == 6
@@ -72,7 +98,9 @@ def test_one_round_through_separate_processes(deployment):
         assert store.read_group_stats(rid, model=model)
     check_subagent_stats_use_stored_outcomes(store, cfg, rid)
     assert {(c.model, c.version) for c in store.list_checkpoints()} == {(m, 1) for m in MODELS}
-    bus.close()
+    summary = httpx.get(f"{api}/v1/rounds/{rid}", timeout=10).json()
+    assert summary["status"] == "done" and summary["published_models"] == sorted(MODELS)
+    assert [c["version"] for c in httpx.get(f"{api}/v1/checkpoints").json()] == [1, 1, 1]
 
 
 def check_subagent_stats_use_stored_outcomes(store, cfg, rid: str) -> None:
