@@ -8,6 +8,7 @@ from mgrpo.config import Settings
 
 def main(settings: Settings, host: str, port: int) -> None:
     import uvicorn
+
     from mgrpo.services.api.app import create_app
     from mgrpo.services.process import setup_logging
 
