@@ -128,7 +128,8 @@ def build_tool(cfg: RunConfig, tool: str, settings: Settings):
     if tool == "search":
         from mgrpo.envs import load_benchmark
 
-        return registry_build("search", corpus=load_benchmark(cfg.bench_dir).corpus)
+        return registry_build("search", corpus=load_benchmark(cfg.bench_dir).corpus,
+                              **cfg.tools.get("search", {}))
     if tool == "python":
         if settings.sandbox_url:
             from mgrpo.sandbox.client import SandboxClient

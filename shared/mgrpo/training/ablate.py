@@ -60,7 +60,7 @@ def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
     bench = load_benchmark(out / "bench")
     errors = ExpertErrors(planner=demo.planner_errors, searcher=demo.searcher_errors,
                           coder=demo.coder_errors)
-    write_inline_demos(bench, out / "demos-inline", build_tools(bench, ["searcher", "coder"]),
+    write_inline_demos(bench, out / "demos-inline", build_tools(bench, ["searcher", "coder"], tool_cfg=demo.tools),
                        errors, n=demo.demos_per_agent, stage=demo.stage, seed=demo.seed)
     examples = load_sft_jsonl(out / "demos-inline" / "planner.jsonl")
     base = out / "models" / "init" / "single"

@@ -28,8 +28,11 @@ class DemoConfig(BaseModel):
         default_factory=lambda: {"skip_delegation": 0.5})
     searcher_errors: dict[str, float] = Field(default_factory=lambda: {"bad_query": 0.2})
     coder_errors: dict[str, float] = Field(default_factory=dict)
+    tools: dict[str, dict] = Field(
+        default_factory=lambda: {"search": {"k": 1}},
+        description="Terse observations (top-1 document) keep sequences short for tiny models.")
     sft_steps: dict[str, int] = Field(
-        default_factory=lambda: {"planner": 1000, "searcher": 400, "coder": 200},
+        default_factory=lambda: {"planner": 1000, "searcher": 1000, "coder": 200},
         description="Warm-start steps per role: the planner must learn to copy unseen "
         "entity names into its delegations, which takes the longest.")
     n_test: int = Field(600, description="Test questions (about 35% are stage 1).")
@@ -62,10 +65,16 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     _stamp(f"benchmark: {bench.counts()}", t0)
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,
                           coder=cfg.coder_errors)
-    tools = build_tools(bench, ["searcher", "coder"])
+    tools = build_tools(bench, ["searcher", "coder"], tool_cfg=cfg.tools)
     summary = write_demos(bench, out / "demos", tools, errors, n=cfg.demos_per_agent,
                           stage=cfg.stage, seed=cfg.seed)
     files = {agent: out / "demos" / f"{agent}.jsonl" for agent in summary["records"]}
+    # Sub-agents learn from every delegation the expert planner makes when it does not skip,
+    # with their own error rates: the planner's skipping must not starve them of data.
+    no_skip = errors.model_copy(update={"planner": type(errors.planner)()})
+    write_demos(bench, out / "demos-subagents", tools, no_skip, n=cfg.demos_per_agent,
+                stage=cfg.stage, seed=cfg.seed + 1)
+    files["searcher"] = out / "demos-subagents" / "searcher.jsonl"
     if "coder" not in files:  # stage 1 never needs the coder: teach it on stage-2 tasks
         write_demos(bench, out / "demos-coder", tools, errors, n=cfg.demos_per_agent // 2,
                     stage=2, seed=cfg.seed)
@@ -103,6 +112,7 @@ def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
     return {
         "name": "demo", "seed": cfg.seed, "algorithm": "mgrpo",
         "models": {role: {"path": p, "lr": cfg.lr} for role, p in paths.items()},
+        "tools": cfg.tools,
         "k": cfg.k, "queries_per_round": cfg.queries_per_round,
         "stages": [{"stage": cfg.stage, "rounds": cfg.rounds}],
         "eval_questions": cfg.eval_questions, "eval_stage": cfg.stage,

@@ -63,17 +63,20 @@ class System:
         return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in roles]
 
 
-def build_tools(bench: Any, roles: list[str], sandbox: Any = None) -> dict[str, Any]:
+def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
+                tool_cfg: dict[str, dict] | None = None) -> dict[str, Any]:
+    """role -> tool instance; ``tool_cfg`` is the run config's per-tool keyword config."""
     from mgrpo.sandbox.local import LocalSandbox
     from mgrpo.tools import build_tool
 
     tools = {}
     for role in roles:
         name = ROLE_TOOLS[role]
+        extra = dict((tool_cfg or {}).get(name, {}))
         if name == "search":
-            tools[role] = build_tool("search", corpus=bench.corpus)
+            tools[role] = build_tool("search", corpus=bench.corpus, **extra)
         else:
-            tools[role] = build_tool(name, executor=sandbox or LocalSandbox())
+            tools[role] = build_tool(name, executor=sandbox or LocalSandbox(), **extra)
     return tools
 
 
@@ -92,7 +95,7 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr) if mcfg.trainable else None
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
     sub_roles = [r for r in cfg.agents if r != "planner"]
-    tools = build_tools(bench, sub_roles, sandbox)
+    tools = build_tools(bench, sub_roles, sandbox, cfg.tools)
     runtimes = {}
     for role, model_name in cfg.agents.items():
         lm = models[model_name]
