@@ -61,7 +61,8 @@ def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
     errors = ExpertErrors(planner=demo.planner_errors, searcher=demo.searcher_errors,
                           coder=demo.coder_errors)
     tools = build_tools(bench, ["searcher", "coder"], tool_cfg=demo.tools)
-    write_inline_demos(bench, out / "demos-inline", tools, errors, n=demo.demos_per_agent, stage=demo.stage, seed=demo.seed)
+    write_inline_demos(bench, out / "demos-inline", tools, errors, n=demo.demos_per_agent,
+                       stage=demo.stage, seed=demo.seed)
     examples = load_sft_jsonl(out / "demos-inline" / "planner.jsonl")
     base = out / "models" / "init" / "single"
     init_tiny(base, corpus_texts=[d.text for d in bench.corpus.docs]
