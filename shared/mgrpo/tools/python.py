@@ -3,17 +3,20 @@
 The executor is anything with ``execute(ExecRequest) -> ExecResult``: the in-process
 ``mgrpo.sandbox.local.LocalSandbox`` or the service's ``mgrpo.sandbox.client.SandboxClient``.
 Observation: stripped stdout; on failure one short line (the exception's last line, or the
-limit that was hit); always cut to ``max_chars``.
+limit that was hit); always cut to ``max_chars``. Code the sandbox would refuse (not valid
+Unicode, e.g. a lone surrogate; longer than ``ExecRequest`` allows) never reaches it: a model
+can emit anything, so the refusal is a short ``error: ...`` observation, not an exception.
 
 What it does not do: isolation (the executor's job) or retries. Executor exceptions (the
-service is down) propagate: an infrastructure failure must not look like a model error.
+service is down: ``SandboxUnavailable``) propagate: an infrastructure failure must not look
+like a model error, and the message carrying the call must not be consumed as if it ran.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from mgrpo.sandbox.types import ExecRequest, ExecResult
 from mgrpo.tools.registry import register_tool
@@ -33,6 +36,17 @@ class PythonConfig(BaseModel):
 
 def _truncate(text: str, cap: int) -> str:
     return text if len(text) <= cap else text[: cap - 3] + "..."
+
+
+def refusal_of(error: ValidationError) -> str:
+    """The observation for code ``ExecRequest`` refuses (one line; never echoes the code)."""
+    first = error.errors()[0]
+    if first["type"] == "string_unicode":
+        return "error: code is not valid unicode text"
+    if first["type"] == "string_too_long":
+        limit = first.get("ctx", {}).get("max_length")
+        return f"error: code too long (limit {limit} characters)"
+    return f"error: code refused ({first['msg']})"
 
 
 def observation_of(result: ExecResult, timeout_s: float) -> str:
@@ -59,7 +73,10 @@ class PythonTool:
         self.executor = executor
 
     def run(self, payload: str) -> str:
-        request = ExecRequest(code=payload, timeout_s=self.config.timeout_s,
-                              memory_mb=self.config.memory_mb)
-        result = self.executor.execute(request)
+        try:
+            request = ExecRequest(code=payload, timeout_s=self.config.timeout_s,
+                                  memory_mb=self.config.memory_mb)
+        except ValidationError as error:  # the model's code, not our config (checked above)
+            return _truncate(refusal_of(error), self.config.max_chars)
+        result = self.executor.execute(request)  # SandboxUnavailable propagates on purpose
         return _truncate(observation_of(result, self.config.timeout_s), self.config.max_chars)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mgrpo.envs import BenchmarkConfig, Corpus, Doc, build_benchmark
 from mgrpo.sandbox.types import ExecResult
 from mgrpo.tools import ROLE_TOOLS, build_tool, register_tool, registered_tools
@@ -102,3 +103,25 @@ def test_python_through_local_sandbox():
     assert tool.run("print(1743 < 1802)") == "True"
     assert tool.run("print(population of X)").startswith("SyntaxError")
     assert tool.run("raise ValueError('bad')") == "ValueError: bad"
+
+
+@pytest.mark.parametrize("code, observation", [
+    ("print('\ud800')", "error: code is not valid unicode text"),
+    ("#" * 10_000_001, "error: code too long (limit 10000000 characters)"),
+])
+def test_python_refused_code_is_an_observation_not_an_exception(code, observation):
+    executor = _Scripted(ExecResult(status="ok", stdout="never"))
+    tool = PythonTool(executor, timeout_s=2, max_chars=200)
+    assert tool.run(code) == observation
+    assert executor.requests == []  # refused before the sandbox is asked
+
+
+def test_python_sandbox_unavailable_propagates():
+    from mgrpo.sandbox.client import SandboxUnavailable
+
+    class _Down:
+        def execute(self, request):
+            raise SandboxUnavailable("sandbox at http://sandbox:8080 refused the connection")
+
+    with pytest.raises(SandboxUnavailable, match="refused the connection"):
+        PythonTool(_Down()).run("print(1)")
