@@ -50,7 +50,7 @@ class SubagentWorker:
         self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
         self.calls_done = 0
         self._stop = threading.Event()
-        self._trained: dict[str, bool] = {}
+        self._round_configs: dict[str, dict] = {}
 
     def start(self) -> None:
         self.store.register_agent(self.name, self.model, self.queues.subagent(self.name),
@@ -81,7 +81,7 @@ class SubagentWorker:
         refresh_weights(self.store, self.runtime.engine, self.model)
         library_calls = [SubagentCall(
             key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
-            task=c.subtask, invocation=c.invocation, seed=mix_seed(c.call_id, c.attempt),
+            task=c.subtask, invocation=c.invocation, seed=self._call_seed(c),
             attempt=c.attempt) for c in calls]
         outcomes = run_subagent_calls(self.runtime, library_calls, self.cfg.sampling)
         for call, outcome in zip(calls, outcomes, strict=True):
@@ -97,12 +97,27 @@ class SubagentWorker:
                 trace=outcome.trace))
             self.calls_done += 1
 
-    def _round_trains_me(self, round_id: str) -> bool:
-        if round_id not in self._trained:
+    def _round_config(self, round_id: str) -> dict:
+        if round_id not in self._round_configs:
             record = self.store.get_round(round_id)
-            trained = record.config.get("trained_models", []) if record else []
-            self._trained[round_id] = self.model in trained
-        return self._trained[round_id]
+            self._round_configs[round_id] = record.config if record else {}
+        return self._round_configs[round_id]
+
+    def _round_trains_me(self, round_id: str) -> bool:
+        return self.model in self._round_config(round_id).get("trained_models", [])
+
+    def _call_seed(self, call: SubAgentCall) -> int:
+        """The sampling seed of a delegation: inside a round, the seed embedded mode gives
+        the same call (episode seed ``mix_seed(run seed, round, query, rollout)`` as in
+        ``rounds.collect``, then ``mix_seed(episode seed, role, invocation)`` as in
+        ``EpisodeRunner._planner_turn``), so both modes sample the same sub-agent tokens
+        (tests/integration/services/test_services_parity.py). A re-run attempt replays the
+        same draws, as the planner's own turns do. Outside a round (REST): per call id."""
+        if call.round_id is None or call.query_id is None:
+            return mix_seed(call.call_id, call.attempt)
+        run_seed = self._round_config(call.round_id).get("seed", 0)
+        episode_seed = mix_seed(run_seed, call.round_id, call.query_id, call.rollout)
+        return mix_seed(episode_seed, call.agent, call.invocation)
 
 
 def _default_description(name: str) -> str:

@@ -1,0 +1,110 @@
+"""Distributed == embedded (issue 6 item 6): one M-GRPO co-training round of the same run
+config (seeds, B = 4 queries x K = 4 rollouts, tiny models warm-started by SFT so rewards
+vary) played twice: embedded (``run_round``, one process, SQLite) and distributed (six
+service processes on the real RabbitMQ and a fresh PostgreSQL database, started with
+``start_round``, the function behind ``POST /v1/rounds``).
+
+What must agree, and how closely:
+- the sampled tokens of every trajectory (planner and sub-agents) and the planner outcomes
+  per (query, rollout): EXACTLY. Both modes derive every sampling seed from (run seed, round,
+  query, rollout[, role, invocation]) and each request samples from its own generator, so
+  batch composition (which differs: the planner worker takes batches of up to 16 as they
+  arrive, sub-agent workers batch what reaches them) does not change the draws;
+- group statistics per (model, agent, group key): within 1e-6 (the stores round-trip floats);
+- the trainers' metrics and the updated weights (v1 checkpoints): within 1e-5 absolute. The
+  same samples, order and generator seeds go into the same update; only float summation
+  order may differ between processes.
+
+What differs by design and is left out: timings and throughput metrics; the distributed
+trainer of a model with no calls in the round publishes one ``(none)`` row with n = 0 (so
+the round can end), embedded mode publishes nothing; metrics only one side records
+(embedded: accuracy, calls per episode; distributed: ``{model}/trajectories``).
+
+The harness is ``bench/round.py`` (the same code measures the round's wall time).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(900)]
+
+_BENCH = Path(__file__).resolve().parents[3] / "bench" / "round.py"
+_spec = importlib.util.spec_from_file_location("bench_round", _BENCH)
+bench_round = importlib.util.module_from_spec(_spec)
+sys.modules["bench_round"] = bench_round  # dataclasses look their module up here
+_spec.loader.exec_module(bench_round)
+
+B, K = 4, 4
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory, postgres_url, rabbitmq_url):
+    """(embedded RoundData, distributed RoundData, model paths)."""
+    root = tmp_path_factory.mktemp("parity")
+    paths = bench_round.prepare(root / "assets", sft_steps=400)
+    emb = bench_round.embedded_round(bench_round.make_config(paths, root / "emb", b=B, k=K))
+    dist = bench_round.distributed_round(
+        bench_round.make_config(paths, root / "dist-out", b=B, k=K), postgres_url,
+        rabbitmq_url, root / "dist")
+    return emb, dist, paths
+
+
+def test_the_round_is_not_trivial(rounds):
+    """Varying rewards, sub-agent calls and moved weights: else parity would pass vacuously."""
+    from mgrpo.models import load_model
+
+    emb, _, paths = rounds
+    rewards = [reward for _, _, reward in emb.outcomes.values()]
+    assert len(emb.outcomes) == B * K
+    assert 0 < sum(correct for _, correct, _ in emb.outcomes.values()) < B * K
+    assert len(set(rewards)) > 1
+    assert any(agent == "searcher" for _, agent, _ in emb.stats)
+    assert emb.metrics["searcher/reward_std"] > 0
+    for model in ("planner", "searcher"):
+        initial = load_model(paths[model])[0].state_dict()
+        moved = max(float((emb.weights[model][k] - initial[k]).abs().max())
+                    for k in emb.weights[model] if k in initial)
+        assert moved > 1e-4, f"{model} did not change in the round"
+
+
+def test_same_tokens_and_planner_outcomes(rounds):
+    emb, dist, _ = rounds
+    assert emb.tokens.keys() == dist.tokens.keys()
+    differing = sorted(k for k in emb.tokens if emb.tokens[k] != dist.tokens[k])
+    assert differing == [], f"{len(differing)} trajectories sampled differently: {differing[:5]}"
+    assert emb.outcomes.keys() == dist.outcomes.keys()
+    for key, (fmt, correct, reward) in emb.outcomes.items():
+        d_fmt, d_correct, d_reward = dist.outcomes[key]
+        assert (fmt, correct) == (d_fmt, d_correct), key
+        assert reward == pytest.approx(d_reward, abs=1e-6), key
+
+
+def test_same_group_statistics(rounds):
+    emb, dist, _ = rounds
+    assert emb.stats.keys() == dist.stats.keys()
+    for key, (n, mean, std) in emb.stats.items():
+        d_n, d_mean, d_std = dist.stats[key]
+        assert n == d_n, key
+        assert (mean, std) == pytest.approx((d_mean, d_std), abs=1e-6), key
+
+
+def test_same_metrics_and_updated_weights(rounds):
+    emb, dist, _ = rounds
+    common = {k for k in emb.metrics.keys() & dist.metrics.keys()
+              if not k.startswith(("time/", "throughput/"))}
+    for must in ("planner/reward_mean", "planner/pg_loss", "planner/grad_norm",
+                 "searcher/reward_mean", "searcher/pg_loss", "searcher/d"):
+        assert must in common, f"{must} missing: {sorted(common)}"
+    for key in sorted(common):
+        assert emb.metrics[key] == pytest.approx(dist.metrics[key], abs=1e-5), key
+    for model, state in emb.weights.items():
+        assert state.keys() == dist.weights[model].keys()
+        for name, tensor in state.items():
+            torch.testing.assert_close(tensor, dist.weights[model][name], atol=1e-5, rtol=0,
+                                       msg=f"{model}.{name}")
