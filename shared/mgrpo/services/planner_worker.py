@@ -3,13 +3,12 @@ ONE batched run of the library's :class:`~mgrpo.training.episodes.EpisodeRunner`
 delegations over the bus, then for each episode: scores it, hands its trajectory to the
 planner model's trainer, writes the outcome, completes the rollout, and records d_k.
 
-Order per episode (why): trajectory -> outcome -> ``complete_rollout`` -> d_k. The rollout
-is completed only when everything a trainer needs of this attempt is on its way; d_k is
-recorded only by the attempt that won ``complete_rollout`` (d_k rows are first-write-wins, so
-a zombie attempt must not write them). A worker killed before ``complete_rollout`` gets the
-task redelivered and plays a NEW attempt (``begin_attempt``); trainers only read the
-completing attempt's rows. Known gap: a kill between ``complete_rollout`` and the d_k write
-leaves that rollout without d_k; its trainers wait (see docs/services.md).
+Order per episode (why): trajectory -> outcome -> d_k -> ``complete_rollout``. The rollout
+is completed only when everything a trainer needs of this attempt is written or on its way,
+d_k included. Outcomes, trajectories and d_k rows are all keyed by attempt, so a zombie
+attempt's rows are harmless: trainers only read the completing attempt's. A worker killed
+anywhere before ``complete_rollout`` gets the task redelivered and plays a NEW attempt
+(``begin_attempt``) that writes its own rows; one killed after it has nothing left to write.
 
 What this module does NOT do: train, or load weights mid-batch (``refresh_weights`` runs
 before each batch only).
@@ -166,12 +165,12 @@ class PlannerWorker:
         store.write_planner_outcomes(job.round_id, [PlannerOutcomeIn(
             query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
             format_ok=episode.format_ok, correct=correct, reward=reward)])
-        if not store.complete_rollout(job.round_id, job.question.id, job.rollout, job.attempt):
-            return  # another attempt won; this one's rows are never read
         for role in [r for r in record.config.get("agents", {}) if r != "planner"]:
             store.record_d_counts(role, job.round_id, [DCount(
-                query_id=job.question.id, rollout=job.rollout,
+                query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
                 d=answered_calls(episode.trace, role))])
+        if not store.complete_rollout(job.round_id, job.question.id, job.rollout, job.attempt):
+            return  # another attempt won; this one's rows are never read
         self.episodes_done += 1
 
 

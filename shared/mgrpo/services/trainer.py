@@ -28,7 +28,6 @@ import threading
 from dataclasses import dataclass
 
 import torch
-from sqlalchemy import func, select
 
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage, WeightsAnnouncement
 from mgrpo.config import Settings
@@ -58,14 +57,10 @@ def roles_of(cfg: RunConfig, model: str) -> list[str]:
 
 
 def expected_subagent_trajectories(store, role: str, round_id: str) -> tuple[int, int]:
-    """(rollouts with a recorded d_k, sum of d_k) of ``role`` in the round."""
-    from mgrpo.store.models import ObservedD
-
-    stmt = (select(func.count(), func.coalesce(func.sum(ObservedD.d), 0))
-            .where(ObservedD.agent == role, ObservedD.round_id == round_id))
-    with store.engine.connect() as connection:
-        rows, total = connection.execute(stmt).one()
-    return int(rows), int(total)
+    """(completed rollouts with a recorded d_k, sum of their d_k) of ``role`` in the round;
+    completing attempts only (``store.observed_d``)."""
+    counts = store.observed_d(round_id, role)
+    return len(counts), sum(c.d for c in counts)
 
 
 def round_ready(store, round_id: str, model: str, roles: list[str]) -> bool:

@@ -193,7 +193,12 @@ class Metric(Base):
 
 
 class ObservedD(Base):
-    """d_k: how many times rollout k called sub-agent type ``agent`` (for ``d: auto``)."""
+    """d_k: how many times ``attempt`` of rollout k called sub-agent type ``agent``.
+
+    Keyed by attempt like trajectories and outcomes: a worker writes d_k BEFORE completing
+    the rollout, so a crash in between leaves a row of an attempt that never completes and
+    is never read; readers join on ``rollouts.completed_attempt``.
+    """
 
     __tablename__ = "observed_d"
     id: Mapped[int] = mapped_column(PK, primary_key=True, autoincrement=True)
@@ -201,7 +206,8 @@ class ObservedD(Base):
     round_id: Mapped[str] = mapped_column(ID)
     query_id: Mapped[str] = mapped_column(ID)
     rollout: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
     d: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    __table_args__ = (UniqueConstraint("agent", "round_id", "query_id", "rollout",
+    __table_args__ = (UniqueConstraint("agent", "round_id", "query_id", "rollout", "attempt",
                                        name="uq_observed_d_key"),)

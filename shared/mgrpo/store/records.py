@@ -110,11 +110,17 @@ class GroupStatRecord(GroupStatIn):
 
 
 class DCount(_Record):
-    """d_k: how many times rollout ``rollout`` of ``query_id`` called one sub-agent type."""
+    """d_k: how many times rollout ``rollout`` of ``query_id`` called one sub-agent type.
+
+    ``attempt``: the attempt that played it. None when writing means "the attempt that
+    completed the rollout" (for writers that record d_k after ``complete_rollout``, as the
+    embedded loop does); readers always get it filled in.
+    """
 
     query_id: str
     rollout: int = Field(ge=0)
     d: int = Field(ge=0)
+    attempt: int | None = Field(None, ge=0)
 
 
 class CheckpointRecord(_Record):

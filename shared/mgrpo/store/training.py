@@ -156,25 +156,55 @@ class TrainingMixin(StoreBase):
             return set(session.scalars(stmt))
 
     def record_d_counts(self, agent: str, round_id: str, counts: Sequence[DCount]) -> int:
-        """Record observed d_k per rollout for one sub-agent type; returns how many were new."""
+        """Record observed d_k per rollout attempt for one sub-agent type; returns how many
+        were new (first write of an attempt wins).
+
+        A count without ``attempt`` is taken as the completing attempt's: the rollout must be
+        completed already (else ``ValueError``). Workers that record d_k BEFORE
+        ``complete_rollout`` (the planner worker) must pass the attempt they played.
+        """
         inserted = 0
         with self._tx() as session:
             for count in counts:
+                row = DCount.model_validate(count).model_dump()
+                if row["attempt"] is None:
+                    row["attempt"] = self._completed_attempt(session, round_id, row)
                 stmt = self._insert(ObservedD).values(
-                    agent=agent, round_id=round_id, created_at=utcnow(),
-                    **DCount.model_validate(count).model_dump())
+                    agent=agent, round_id=round_id, created_at=utcnow(), **row)
                 inserted += self._written(session, stmt.on_conflict_do_nothing(
-                    index_elements=["agent", "round_id", "query_id", "rollout"]))
+                    index_elements=["agent", "round_id", "query_id", "rollout", "attempt"]))
         return inserted
 
+    @staticmethod
+    def _completed_attempt(session, round_id: str, row: dict) -> int:
+        attempt = session.scalar(select(Rollout.completed_attempt).where(
+            Rollout.round_id == round_id, Rollout.query_id == row["query_id"],
+            Rollout.rollout == row["rollout"]))
+        if attempt is None:
+            raise ValueError(
+                f"d_k of rollout ({round_id!r}, {row['query_id']!r}, {row['rollout']}) has "
+                "attempt=None, which means 'the completing attempt', but that rollout is not "
+                "completed; pass DCount(attempt=...) with the attempt that played it")
+        return attempt
+
     def d_counts(self, agent: str, last_n: int | None = None) -> list[int]:
-        """Observed d_k of ``agent``, newest first; ``last_n`` keeps the newest n observations.
+        """Observed d_k of ``agent``, completing attempts only, newest first; ``last_n``
+        keeps the newest n observations.
 
         Input of ``d: auto`` (SPEC 1.3: the 99th percentile of observed d_k).
         """
-        stmt = (select(ObservedD.d).where(ObservedD.agent == agent)
-                .order_by(ObservedD.id.desc()))
+        stmt = (select(ObservedD.d).join(Rollout, _completing(ObservedD))
+                .where(ObservedD.agent == agent).order_by(ObservedD.id.desc()))
         if last_n is not None:
             stmt = stmt.limit(last_n)
         with self._tx() as session:
             return list(session.scalars(stmt))
+
+    def observed_d(self, round_id: str, agent: str) -> list[DCount]:
+        """d_k of ``agent`` in one round, one per COMPLETED rollout (its completing attempt),
+        ordered by (query_id, rollout): how many trajectories a sub-agent trainer waits for."""
+        stmt = (select(ObservedD).join(Rollout, _completing(ObservedD))
+                .where(ObservedD.round_id == round_id, ObservedD.agent == agent)
+                .order_by(ObservedD.query_id, ObservedD.rollout))
+        with self._tx() as session:
+            return [DCount.model_validate(row) for row in session.scalars(stmt)]

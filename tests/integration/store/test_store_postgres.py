@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
-from mgrpo.store import PlannerOutcomeIn, Store
+from mgrpo.store import DCount, PlannerOutcomeIn, Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.store.migrate import current_revision, downgrade, head_revision
 from mgrpo.types import Trajectory, trajectory_id
@@ -74,6 +74,19 @@ def test_completing_attempt_filters_trajectories_and_outcomes(pg_store, unique_n
     assert pg_store.complete_rollout(unique_name, "q1", 0, 1)
     assert [t.attempt for t in pg_store.round_trajectories(unique_name, "planner")] == [1]
     assert [o.correct for o in pg_store.read_planner_outcomes(unique_name)] == [1.0]
+
+
+def test_completing_attempt_filters_observed_d(pg_store, unique_name):
+    pg_store.create_run(unique_name)
+    pg_store.create_round(unique_name, unique_name, 0, ["q1"], 1)
+    for attempt, d in ((0, 3), (1, 1)):
+        pg_store.record_d_counts(unique_name, unique_name,
+                                 [DCount(query_id="q1", rollout=0, d=d, attempt=attempt)])
+    assert pg_store.observed_d(unique_name, unique_name) == []
+    assert pg_store.complete_rollout(unique_name, "q1", 0, 1)
+    assert pg_store.observed_d(unique_name, unique_name) == [
+        DCount(query_id="q1", rollout=0, d=1, attempt=1)]
+    assert pg_store.d_counts(unique_name) == [1]
 
 
 def test_concurrent_ingestion_threads_exact_counts(pg_store, unique_name):

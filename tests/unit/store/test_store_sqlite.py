@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from mgrpo.store import DCount, GroupStatIn, PlannerOutcomeIn, QueryRecord, Store
 from mgrpo.store.migrate import head_revision
 from mgrpo.types import Trajectory, trajectory_id
@@ -166,13 +167,46 @@ def test_metrics_upsert(store):
 
 
 def test_d_counts_newest_first_and_idempotent(store):
-    counts = [DCount(query_id="q1", rollout=r, d=d) for r, d in enumerate([0, 2, 5])]
+    new_round(store, query_ids=("q1",), k=3)
+    counts = [DCount(query_id="q1", rollout=r, d=d, attempt=0) for r, d in enumerate([0, 2, 5])]
     assert store.record_d_counts("searcher", "run/0", counts) == 3
     assert store.record_d_counts("searcher", "run/0", counts) == 0
+    assert store.d_counts("searcher") == []  # no rollout completed yet: nothing counts
+    for rollout in range(3):
+        assert store.complete_rollout("run/0", "q1", rollout, 0)
+    assert store.create_round("run", "run/1", 1, ["q1"], 1)
+    assert store.complete_rollout("run/1", "q1", 0, 0)
+    # attempt=None: the completing attempt's (the embedded loop writes after completion)
     store.record_d_counts("searcher", "run/1", [DCount(query_id="q1", rollout=0, d=1)])
     assert store.d_counts("searcher") == [1, 5, 2, 0]
     assert store.d_counts("searcher", last_n=2) == [1, 5]
     assert store.d_counts("coder") == []
+    assert store.observed_d("run/1", "searcher") == [
+        DCount(query_id="q1", rollout=0, d=1, attempt=0)]
+
+
+def test_d_counts_of_an_abandoned_attempt_are_never_read(store):
+    """The d_k crash window: attempt 0 wrote d_k and died before complete_rollout; attempt 1
+    re-ran the rollout and completed it. Only attempt 1's d_k counts."""
+    new_round(store, query_ids=("q1",), k=2)
+    store.record_d_counts("searcher", "run/0", [DCount(query_id="q1", rollout=0, d=3,
+                                                       attempt=0)])
+    store.record_d_counts("searcher", "run/0", [DCount(query_id="q1", rollout=0, d=1,
+                                                       attempt=1),
+                                                DCount(query_id="q1", rollout=1, d=2,
+                                                       attempt=0)])
+    assert store.complete_rollout("run/0", "q1", 0, 1)
+    assert store.complete_rollout("run/0", "q1", 1, 0)
+    assert [(c.rollout, c.attempt, c.d) for c in store.observed_d("run/0", "searcher")] == [
+        (0, 1, 1), (1, 0, 2)]
+    assert sorted(store.d_counts("searcher")) == [1, 2]
+    assert store.observed_d("run/0", "coder") == []
+
+
+def test_d_count_without_attempt_needs_a_completed_rollout(store):
+    new_round(store, query_ids=("q1",), k=1)
+    with pytest.raises(ValueError, match="not completed; pass DCount\\(attempt=...\\)"):
+        store.record_d_counts("searcher", "run/0", [DCount(query_id="q1", rollout=0, d=1)])
 
 
 def test_queries_upsert(store):

@@ -77,10 +77,12 @@ def upgrade() -> None:
     sa.Column('round_id', sa.String(length=200), nullable=False),
     sa.Column('query_id', sa.String(length=200), nullable=False),
     sa.Column('rollout', sa.Integer(), nullable=False),
+    sa.Column('attempt', sa.Integer(), nullable=False),
     sa.Column('d', sa.Integer(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id'),
-    sa.UniqueConstraint('agent', 'round_id', 'query_id', 'rollout', name='uq_observed_d_key')
+    sa.UniqueConstraint('agent', 'round_id', 'query_id', 'rollout', 'attempt',
+                        name='uq_observed_d_key')
     )
     with op.batch_alter_table('observed_d', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_observed_d_agent'), ['agent'], unique=False)
