@@ -12,12 +12,13 @@ its part of each round, train with the library, checkpoint, publish, announce.
   ``v = round index + 1``, ``store.record_checkpoint``, THEN the group statistics (the
   "published" marker the round waits for), then the weights announcement.
 - Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
-  records. If that checkpoint already belongs to the round, the update is not applied again
-  (statistics are recomputed and re-published, an overwrite); otherwise the round is trained
-  from the previous weights and the version directory is rewritten.
+  records, weights AND optimizer state (Adam moments, saved next to each checkpoint by
+  :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest). If that checkpoint
+  already belongs to the round, the update is not applied again (statistics are recomputed
+  and re-published, an overwrite); otherwise the round is trained from the previous weights
+  and optimizer state and the version's files are rewritten.
 
-What this module does NOT do: keep optimizer moments across restarts (a restarted trainer
-starts Adam afresh; docs/services.md) or train a frozen model (main-only ablation).
+What this module does NOT do: train a frozen model (main-only ablation).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage, WeightsAnnouncement
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_engine, trained_models
+from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import publish_stats
@@ -101,11 +103,13 @@ class TrainerService:
         model, tokenizer, engine = load_engine(self.cfg.models[self.model_name].path,
                                                self.settings.device)
         record = self.store.latest_checkpoint(self.model_name)
-        if record is not None:
-            engine.load_weights(record.uri, record.version)
-            log.info("trainer %s: resumed from v%d", self.model_name, record.version)
         optimizer = (None if self.frozen else
                      torch.optim.Adam(model.parameters(), lr=self.cfg.models[self.model_name].lr))
+        if record is not None:
+            engine.load_weights(record.uri, record.version)
+            moments = optimizer is not None and load_optimizer_state(optimizer, record.uri)
+            log.info("trainer %s: resumed from v%d (%s)", self.model_name, record.version,
+                     "with its optimizer state" if moments else "fresh optimizer state")
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
 
@@ -166,8 +170,6 @@ class TrainerService:
         return done
 
     def train_round(self, record) -> dict[str, float]:
-        from mgrpo.models.checkpoint import MANIFEST, save_checkpoint
-
         store, lm, round_id = self.store, self.lm, record.round_id
         cfg = RunConfig.model_validate({k: v for k, v in record.config.items()
                                         if k != "trained_models"})
@@ -186,12 +188,7 @@ class TrainerService:
             lm.optimizer = optimizer
             lm.model.eval()
         if not applied:
-            uri = save_checkpoint(lm.model, self.settings.checkpoint_uri, lm.name, version,
-                                  tokenizer=lm.tokenizer, extra={"round_id": round_id},
-                                  exist_ok=True)
-            sha = _sha256(f"{uri}/{MANIFEST}")
-            store.record_checkpoint(lm.name, version, uri, sha, round_id=round_id)
-            lm.engine.version = lm.version = version
+            self.save_checkpoint(version, round_id)
         record_ck = store.latest_checkpoint(lm.name)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
@@ -209,6 +206,24 @@ class TrainerService:
         log.info("trainer %s: round %s trained on %d trajectories (v%d)", lm.name, round_id,
                  len(trajs), record_ck.version)
         return metrics
+
+    def save_checkpoint(self, version: int, round_id: str | None) -> str:
+        """Optimizer state, then the weights (atomic; the manifest names the optimizer file
+        and its sha256), then the store record: a checkpoint is recorded only when complete.
+        Returns the version directory's URI."""
+        from mgrpo.models.checkpoint import MANIFEST, save_checkpoint, version_uri
+
+        lm = self.lm
+        extra: dict = {"round_id": round_id}
+        if lm.optimizer is not None:
+            extra["optimizer"] = save_optimizer_state(
+                lm.optimizer, version_uri(self.settings.checkpoint_uri, lm.name, version))
+        uri = save_checkpoint(lm.model, self.settings.checkpoint_uri, lm.name, version,
+                              tokenizer=lm.tokenizer, extra=extra, exist_ok=True)
+        self.store.record_checkpoint(lm.name, version, uri, _sha256(f"{uri}/{MANIFEST}"),
+                                     round_id=round_id)
+        lm.engine.version = lm.version = version
+        return uri
 
     def judge(self, cfg: RunConfig):
         if self._judge is None:

@@ -1,0 +1,87 @@
+"""A trainer's optimizer state (Adam moments and step counts) kept next to each checkpoint, so
+a restarted trainer continues exactly where the killed one stopped.
+
+Layout: the version directory ``{root}/{model}/v{version:06d}/`` (``mgrpo.models.checkpoint``)
+gets a sibling file ``{root}/{model}/v{version:06d}.optimizer.pt`` (``torch.save`` of
+``optimizer.state_dict()``), written to a temporary name and renamed into place. Its sha256
+and size go into the checkpoint's manifest (``extra["optimizer"]``), which is written after
+it, and the store records the checkpoint last; so a recorded checkpoint always vouches for
+its optimizer file, and a torn or swapped file is refused on load.
+
+What this module does NOT do: save weights (``mgrpo.models.checkpoint``), garbage-collect old
+files, or guess: a manifest that names an optimizer file which is missing or corrupted raises
+:class:`OptimizerStateError` instead of silently restarting Adam.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import uuid
+
+import fsspec
+import torch
+
+from mgrpo.models.checkpoint import MANIFEST
+
+SUFFIX = ".optimizer.pt"
+
+
+class OptimizerStateError(RuntimeError):
+    """The optimizer state a checkpoint names is missing or does not match its manifest."""
+
+
+def optimizer_state_uri(version_uri: str) -> str:
+    """``.../v000003`` -> ``.../v000003.optimizer.pt`` (a sibling: the version directory is
+    written atomically as a whole and must stay a Hugging Face folder)."""
+    return version_uri.rstrip("/") + SUFFIX
+
+
+def save_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> dict:
+    """Write ``optimizer.state_dict()`` next to ``version_uri`` (temp file, then rename).
+
+    Returns ``{"file", "sha256", "size"}`` for the checkpoint manifest's ``extra``. Call it
+    BEFORE ``save_checkpoint`` of the same version so the manifest can vouch for the file.
+    """
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    data = buffer.getvalue()
+    target = optimizer_state_uri(version_uri)
+    fs, path = fsspec.core.url_to_fs(target)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open(tmp, "wb") as handle:
+        handle.write(data)
+    fs.mv(tmp, path)
+    return {"file": target.rsplit("/", 1)[-1], "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data)}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> bool:
+    """Load the optimizer state a checkpoint's manifest names into ``optimizer``.
+
+    Returns False (``optimizer`` untouched) when the manifest names none: a checkpoint
+    written without one (e.g. the warm start). Raises :class:`OptimizerStateError` when the
+    named file is missing or its sha256/size differ from the manifest.
+    """
+    with fsspec.open(f"{version_uri.rstrip('/')}/{MANIFEST}", "rb") as handle:
+        entry = json.loads(handle.read()).get("extra", {}).get("optimizer")
+    if not entry:
+        return False
+    target = optimizer_state_uri(version_uri)
+    try:
+        with fsspec.open(target, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError as error:
+        raise OptimizerStateError(
+            f"{target} is named by the manifest of {version_uri} but missing; restore it or "
+            "delete the checkpoint's store record to restart from the previous version"
+        ) from error
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != entry["sha256"] or len(data) != entry["size"]:
+        raise OptimizerStateError(
+            f"{target} is corrupted (sha256 {digest[:12]}..., size {len(data)}; manifest says "
+            f"{entry['sha256'][:12]}..., size {entry['size']}); do not resume from it")
+    optimizer.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+    return True
