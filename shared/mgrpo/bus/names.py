@@ -2,7 +2,8 @@
 
 Queues (all durable, all dead-lettering into ``mgrpo.dead_letter``):
 - ``planner.episodes``: episode tasks and round commands for planner workers.
-- ``planner.replies``: sub-agent results coming back to the planner.
+- ``planner.replies``: sub-agent results coming back to the planner; the services use one
+  per worker, ``planner.replies.<worker id>``, auto-delete and expiring (``topology``).
 - ``trainer.<model>``: trajectories and round commands for ONE model's trainer.
 - ``subagent.<name>``: calls to ONE tool sub-agent deployment.
 Exchanges: ``mgrpo.weights`` (fanout: "model M has version v"; every agent worker binds its
