@@ -6,7 +6,10 @@ On RabbitMQ (:class:`~mgrpo.bus.kombu_bus.KombuBus`) the consumer sets prefetch 
 every message (late acks: a worker killed mid-batch gets the whole batch redelivered). Each
 message still goes through the bus's rules: undecodable -> dead-letter queue with the reason;
 a key already claimed -> acked and skipped; keys are claimed after the handler returns.
-If the batch handler raises, every message of the batch is dead-lettered with the reason.
+If the batch handler raises, every message of the batch is dead-lettered with the reason,
+EXCEPT for an infrastructure failure (:func:`redeliver_on`: the sandbox service is down):
+then the batch is requeued after ``RETRY_DELAY_S`` and redelivered; nothing is lost or
+counted as the model's fault.
 
 On any other bus (embedded :class:`~mgrpo.bus.InMemoryBus`) batches have size 1.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
@@ -24,6 +28,14 @@ from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[[list[Message]], None]
+RETRY_DELAY_S = 2.0  # between redeliveries while a service is down: no hot loop
+
+
+def redeliver_on() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "our infrastructure failed", not "this message is bad"."""
+    from mgrpo.sandbox.client import SandboxUnavailable
+
+    return (SandboxUnavailable,)
 
 
 def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
@@ -91,6 +103,13 @@ def _run_batch(bus, queue_name: str, raw: list, handler: BatchHandler, consumer:
     if todo:
         try:
             handler([decoded for _, decoded, _ in todo])
+        except redeliver_on() as error:  # not the messages' fault: try them again later
+            log.warning("batch handler %s: %s; requeueing %d messages in %.0f s", consumer,
+                        error, len(todo), RETRY_DELAY_S)
+            time.sleep(RETRY_DELAY_S)
+            for message, _, _ in todo:
+                message.requeue()
+            return
         except Exception as error:  # the reason goes to the DLQ; the worker lives on
             log.exception("batch handler %s failed on %d messages", consumer, len(todo))
             reason = f"handler {consumer} failed: {type(error).__name__}: {error}"
