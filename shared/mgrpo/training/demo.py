@@ -35,6 +35,7 @@ class DemoConfig(BaseModel):
         default_factory=lambda: {"planner": 1000, "searcher": 1000, "coder": 200},
         description="Warm-start steps per role: the planner must learn to copy unseen "
         "entity names into its delegations, which takes the longest.")
+    vocab_size: int = Field(512, description="BPE size; small so names split into syllables.")
     n_test: int = Field(600, description="Test questions (about 35% are stage 1).")
     sft_batch: int = 32
     rounds: int = 30
@@ -55,7 +56,7 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     from mgrpo.envs import BenchmarkConfig, build_benchmark
     from mgrpo.envs.demos import write_demos
     from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.models import init_tiny, load_model
+    from mgrpo.models import TinyModelConfig, init_tiny, load_model
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
     from mgrpo.training.system import build_tools
 
@@ -81,7 +82,10 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
         files["coder"] = out / "demos-coder" / "coder.jsonl"
     _stamp(f"demonstrations: {summary['records']}, expert accuracy "
            f"{summary['accuracy']:.2f}", t0)
-    texts = [d.text for d in bench.corpus.docs]
+    # The tokenizer sees training text only: test entities' names must decompose into
+    # pieces (syllables) the models were trained on, not into tokens nobody ever trained.
+    train_docs = {e.doc_id for e in bench.kg.entities if e.split == "train"}
+    texts = [d.text for d in bench.corpus.docs if d.id in train_docs]
     for path in files.values():
         for example in load_sft_jsonl(path)[:300]:
             texts.append("".join(s.text for s in example.segments))
@@ -93,7 +97,8 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
             paths[role] = str(sft_dir)
             continue
         base = out / "models" / "init" / role
-        init_tiny(base, corpus_texts=texts)
+        init_tiny(base, TinyModelConfig(vocab_size=cfg.vocab_size, seed=cfg.seed),
+                  corpus_texts=texts)
         model, tokenizer = load_model(base)
         torch.manual_seed(cfg.seed)
         metrics = train_sft(model, tokenizer, load_sft_jsonl(path),
