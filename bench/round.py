@@ -26,7 +26,7 @@ process and broker overheads dominate), or run more than one round.
 
 Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/round.py [--b 4] [--k 4]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/round.py [--b 6] [--k 4]
 """
 
 from __future__ import annotations
@@ -104,9 +104,11 @@ def prepare(root: Path, sft_steps: int = 60) -> dict[str, Path]:
 
 
 def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: int = 3,
-                name: str = "parity"):
+                name: str = "parity", temperature: float = 1.0):
     """The run config both modes share. ``name`` is the run id: round ids, hence every
-    episode seed, derive from it, so both modes must use the same one."""
+    episode seed, derive from it, so both modes must use the same one. A ``temperature``
+    above 1 flattens the warm-started (peaked) policies, so that a seeding difference
+    between the modes shows up as different tokens (the parity test uses 1.5)."""
     from mgrpo.training.config import RunConfig
 
     return RunConfig.model_validate({
@@ -115,7 +117,8 @@ def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: 
         "models": {m: {"path": str(paths[m]), "lr": 1e-3, "micro_batch_size": 8}
                    for m in MODELS},
         "k": k, "queries_per_round": b, "tools": {"search": {"k": 1}},
-        "sampling": {"planner_max_turns": 3, "subagent_max_turns": 2, "max_new_tokens": 24},
+        "sampling": {"planner_max_turns": 3, "subagent_max_turns": 2, "max_new_tokens": 24,
+                     "temperature": temperature},
         "stages": [{"stage": 1, "rounds": 1}], "eval_questions": 4,
         "bench_dir": str(paths["bench"]), "out_dir": str(out_dir)})
 
@@ -355,7 +358,7 @@ def machine() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--b", type=int, default=4, help="queries per round (B)")
+    parser.add_argument("--b", type=int, default=6, help="queries per round (B)")
     parser.add_argument("--k", type=int, default=4, help="rollouts per query (K)")
     parser.add_argument("--postgres-url", default=os.environ.get(
         "MGRPO_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"))

@@ -1,5 +1,5 @@
 """Distributed == embedded (issue 6 item 6): one M-GRPO co-training round of the same run
-config (seeds, B = 4 queries x K = 4 rollouts, tiny models warm-started by SFT so rewards
+config (seeds, B = 6 queries x K = 4 rollouts, tiny models warm-started by SFT so rewards
 vary) played twice: embedded (``run_round``, one process, SQLite) and distributed (six
 service processes on the real RabbitMQ and a fresh PostgreSQL database, started with
 ``start_round``, the function behind ``POST /v1/rounds``).
@@ -40,7 +40,7 @@ bench_round = importlib.util.module_from_spec(_spec)
 sys.modules["bench_round"] = bench_round  # dataclasses look their module up here
 _spec.loader.exec_module(bench_round)
 
-B, K = 4, 4
+B, K = 6, 4
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +108,36 @@ def test_same_metrics_and_updated_weights(rounds):
         for name, tensor in state.items():
             torch.testing.assert_close(tensor, dist.weights[model][name], atol=1e-5, rtol=0,
                                        msg=f"{model}.{name}")
+
+
+def test_subagent_tokens_depend_on_their_seed(rounds, tmp_path):
+    """The token comparison can fail: with the sub-agents' seeds shifted (what the services
+    did before the sub-agent worker derived embedded mode's seed), some sub-agent
+    trajectories of this very round come out different. The warm-started searcher is peaked,
+    so only some calls are sensitive; B = 6 gives enough of them."""
+    from mgrpo.training import subagents
+    from mgrpo.training.rounds import collect, sample_questions
+    from mgrpo.training.system import build_system
+
+    _, _, paths = rounds
+    cfg = bench_round.make_config(paths, tmp_path / "probe", b=B, k=K)
+    system = build_system(cfg)
+    questions = sample_questions(system.bench.questions("train", stage=1), B, cfg.seed, 0)
+    round_id = f"{cfg.name}-r0000"
+    plain = collect(system, round_id, questions, K, cfg.seed)
+    original = subagents.LocalSubagentPool.__call__
+
+    def shifted(self, calls):
+        for call in calls:
+            call.seed ^= 0x5A5A5
+        return original(self, calls)
+
+    subagents.LocalSubagentPool.__call__ = shifted
+    try:
+        moved = collect(system, round_id, questions, K, cfg.seed)
+    finally:
+        subagents.LocalSubagentPool.__call__ = original
+    a = {t.traj_id: t.input_ids for ep in plain for t in ep.subagents}
+    b = {t.traj_id: t.input_ids for ep in moved for t in ep.subagents}
+    assert a, "no sub-agent calls: the probe says nothing"
+    assert any(a.get(key) != b.get(key) for key in a.keys() | b.keys())
