@@ -9,8 +9,9 @@ run on PostgreSQL and SQLite. Offline (SQL script) mode is not supported.
 from __future__ import annotations
 
 from alembic import context
-from mgrpo.store.models import Base
 from sqlalchemy import create_engine
+
+from mgrpo.store.models import Base
 
 config = context.config
 
