@@ -142,6 +142,21 @@ def list_versions(root_uri: str, name: str) -> list[int]:
     return sorted(versions)
 
 
+def prune_versions(root_uri: str, name: str, keep: int) -> list[int]:
+    """Delete all but the newest ``keep`` complete versions; returns the versions removed.
+
+    Versions are removed oldest first, so a crash mid-prune never removes a newer version
+    than one it leaves behind.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: at least the newest version must be kept (keep >= 1)")
+    fs, _ = _fs_and_path(root_uri)
+    removed = list_versions(root_uri, name)[:-keep]
+    for version in removed:
+        fs.rm(_fs_and_path(version_uri(root_uri, name, version))[1], recursive=True)
+    return removed
+
+
 def latest_version(root_uri: str, name: str) -> int | None:
     """The highest complete version of ``name``, or None when there is none."""
     versions = list_versions(root_uri, name)

@@ -101,6 +101,8 @@ class RunConfig(BaseModel):
     eval_stage: int | None = Field(
         None, description="Benchmark stage of the held-out questions (None: all stages).")
     eval_every: int = Field(0, ge=0, description="Evaluate every N rounds (0 = start/end).")
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Checkpoint versions kept per model (older ones are deleted).")
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"
 

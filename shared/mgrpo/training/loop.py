@@ -44,7 +44,7 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 
 
 def _save_state(system: System, round_index: int) -> None:
-    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.models.checkpoint import prune_versions, save_checkpoint
 
     ckpt_root = str(out_path(system.cfg, "checkpoints", "x").parent)
     for lm in system.models.values():
@@ -62,6 +62,8 @@ def _save_state(system: System, round_index: int) -> None:
     _write_json_atomic(out_path(system.cfg, STATE_FILE), {"completed_rounds": round_index + 1})
     for lm in system.models.values():  # only the state file's version is needed now
         out_path(system.cfg, "optim", f"{lm.name}-v{round_index}.pt").unlink(missing_ok=True)
+        if lm.optimizer is not None:
+            prune_versions(ckpt_root, lm.name, keep=system.cfg.keep_checkpoints)
 
 
 def _restore_state(system: System) -> int:
