@@ -23,7 +23,8 @@ class DemoConfig(BaseModel):
     out_dir: str = "runs/demo"
     seed: int = 0
     stage: int | None = Field(1, description="Benchmark stage trained and evaluated.")
-    demos_per_agent: int = 1200
+    demos_per_agent: int = 2000
+    n_train: int = Field(6000, description="Training questions (about 35% are stage 1).")
     planner_errors: dict[str, float] = Field(
         default_factory=lambda: {"skip_delegation": 0.5})
     searcher_errors: dict[str, float] = Field(default_factory=lambda: {"bad_query": 0.2})
@@ -35,10 +36,14 @@ class DemoConfig(BaseModel):
         default_factory=lambda: {"planner": 1000, "searcher": 1000, "coder": 200},
         description="Warm-start steps per role: the planner must learn to copy unseen "
         "entity names into its delegations, which takes the longest.")
+    train_entities: dict[str, int] = Field(
+        default_factory=lambda: {"city": 135, "person": 270, "company": 200},
+        description="Training entities per type: many distinct names make copying, not "
+        "memorising, the cheaper way to fit the demonstrations.")
     vocab_size: int = Field(512, description="BPE size; small so names split into syllables.")
     n_test: int = Field(600, description="Test questions (about 35% are stage 1).")
     sft_batch: int = 32
-    rounds: int = 30
+    rounds: int = 40
     queries_per_round: int = 16
     k: int = 8
     lr: float = 2e-4
@@ -61,7 +66,10 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     from mgrpo.training.system import build_tools
 
     out = Path(cfg.out_dir)
-    bench = build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test))
+    entities = BenchmarkConfig().entities
+    entities["train"] = dict(cfg.train_entities)
+    bench = build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test,
+                                            n_train=cfg.n_train, entities=entities))
     bench.save(out / "bench")
     _stamp(f"benchmark: {bench.counts()}", t0)
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,
