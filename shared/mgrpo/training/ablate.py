@@ -80,7 +80,7 @@ def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
 
 
 def variant_config(cfg: AblateConfig, variant: str, seed: int, paths: dict[str, str]) -> dict:
-    base = run_config(cfg.demo, paths)
+    base = run_config(cfg.demo, {r: p for r, p in paths.items() if r != "single"})
     base.update(name=f"{variant}-s{seed}", seed=seed,
                 out_dir=str(Path(cfg.out_dir) / variant / f"seed{seed}"),
                 stages=[{"stage": cfg.demo.stage, "rounds": cfg.rounds}])
