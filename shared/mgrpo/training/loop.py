@@ -205,7 +205,7 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     result = RunResult(out_dir=Path(cfg.out_dir))
     test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
     if done == 0:
-        result.before = _eval_both(system, test, logger, "before")
+        result.before = _eval_both(system, test, logger, "before", step=0)
     schedule = stage_schedule(cfg)
     pools: dict[int, list] = {}
     for stage_index, round_index in logger.progress(schedule[done:], desc="rounds"):
@@ -220,19 +220,23 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
         metrics = round_fn(system, store, cfg.name, round_index, pools[stage_index])
         logger.log(round_index, metrics)
         if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0:
-            logger.log(round_index, evaluate(system, test, greedy=True))
+            logger.log(round_index + 1, evaluate(system, test, greedy=True))
         result.rounds = round_index + 1
     else:
-        result.after = _eval_both(system, test, logger, "after")
+        result.after = _eval_both(system, test, logger, "after", step=len(schedule))
     result.wall_s = time.perf_counter() - started
     logger.close()
     return result
 
 
-def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str) -> dict:
+def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str,
+               step: int) -> dict:
+    """Sampled and greedy held-out accuracy; logged at ``step`` = rounds of updates so far
+    (round metrics at step r describe round r's rollouts, made before its update)."""
     out = {}
     for greedy in (False, True):
         out.update(evaluate(system, test, greedy=greedy))
     _write_json_atomic(out_path(system.cfg, f"eval_{tag}.json"), out)
     logger.note(tag, out)
+    logger.log(step, out)
     return out
