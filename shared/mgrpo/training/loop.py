@@ -51,8 +51,8 @@ def _save_state(system: System, round_index: int) -> None:
         if lm.optimizer is None:
             continue
         # exist_ok: a crash after this write but before the state file re-runs the round.
-        save_checkpoint(lm.model, ckpt_root, lm.name, round_index + 1,
-                        extra={"round": round_index}, exist_ok=True)
+        save_checkpoint(lm.model, ckpt_root, lm.name, round_index + 1, tokenizer=lm.tokenizer,
+                        extra={"round": round_index}, exist_ok=True)  # loadable alone
         # Versioned like the weights: the state file may still name the previous round.
         optim = out_path(system.cfg, "optim", f"{lm.name}-v{round_index + 1}.pt")
         torch.save(lm.optimizer.state_dict(), optim.with_suffix(".tmp"))
