@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import GenerationConfig
+
 from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.models import TinyModelConfig, init_tiny, load_model
-from transformers import GenerationConfig
 
 
 def _prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import uvicorn
+
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
-
 from services.sandbox.app import create_app
 
 REQUEST = ExecRequest(code="print(1+1)", timeout_s=5)

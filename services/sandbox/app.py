@@ -11,9 +11,6 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
-from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
-from mgrpo.sandbox.types import ExecRequest, ExecResult
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -22,6 +19,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
+from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
+from mgrpo.sandbox.types import ExecRequest, ExecResult
 
 
 def create_app(settings: SandboxServiceSettings | None = None,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs.experts import ExpertErrors, run_expert_episode
 from mgrpo.tools import build_tool

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.types import ExecRequest
 

@@ -7,6 +7,7 @@ import time
 
 from celery.contrib.testing.worker import start_worker
 from kombu import Connection
+
 from mgrpo.bus import MemoryDedupe
 from mgrpo.bus.app import make_celery_app, register_task, send_message
 from mgrpo.bus.kombu_bus import KombuBus

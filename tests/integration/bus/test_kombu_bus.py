@@ -10,6 +10,7 @@ import time
 
 import pytest
 from kombu import Connection
+
 from mgrpo.bus import MemoryDedupe, process_payload
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import RoundCommand, WeightsAnnouncement

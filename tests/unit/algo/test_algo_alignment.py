@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mgrpo.algo import align_batch, align_subagents, auto_d
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from mgrpo.algo import (
     SubagentRollouts,
     advantages_from_stats,

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mgrpo.algo import (
     GroupStats,
     advantages_from_stats,

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mgrpo.algo import AGG_MODES, aggregate_loss, kl_divergence, policy_loss
 
 # K = 4 sequences of T = 3 tokens; clip range [0.8, 1.28] (eps_low 0.2, eps_high 0.28).

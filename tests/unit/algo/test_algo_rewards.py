@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from mgrpo.algo import mix_turn_reward, planner_reward, subagent_reward
 
 

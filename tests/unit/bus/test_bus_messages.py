@@ -6,6 +6,7 @@ import json
 import pickle
 
 import pytest
+
 from mgrpo.bus.messages import (
     EpisodeTask,
     MessageDecodeError,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from mgrpo.bus import InMemoryBus, MemoryDedupe, process_payload
 from mgrpo.bus.messages import RoundCommand, WeightsAnnouncement, encode_message
 from mgrpo.store import Store

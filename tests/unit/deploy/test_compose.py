@@ -16,6 +16,7 @@ from compose_checks import (
     service_env,
 )
 from image_checks import parse_stages
+
 from mgrpo.config import Settings
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from k8s_checks import by_kind, container_env, cross_reference_errors, pod_specs, schema_errors
 from kustomize_lite import apply_json_patch_op, render
+
 from mgrpo.config import Settings
 
 ROOT = Path(__file__).resolve().parents[3]

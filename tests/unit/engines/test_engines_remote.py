@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 import uvicorn
+
 from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.engines.openai_server import create_app
 from mgrpo.engines.remote import RemoteEngine, RemoteEngineError

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import torch
+
 from mgrpo.engines.base import SamplingParams
 from mgrpo.engines.sampling import hits_stop_string, make_generator, sample_next, stop_window
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from mgrpo.engines.base import Engine, GenerationRequest, SamplingParams
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.models.logprobs import right_pad, token_logprobs

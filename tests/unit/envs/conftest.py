@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from envs_testkit import small_config
+
 from mgrpo.envs import build_benchmark
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from envs_testkit import small_config
+
 from mgrpo.envs import (
     BenchmarkConfig,
     Corpus,

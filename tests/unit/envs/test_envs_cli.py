@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from envs_testkit import SMALL
-from mgrpo.cli.main import app
 from typer.testing import CliRunner
+
+from mgrpo.cli.main import app
 
 MGRPO = str(Path(sys.executable).with_name("mgrpo"))
 

@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+
 from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs import protocol as P
 from mgrpo.envs.demos import error_chances, write_demos

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mgrpo.engines.base import Completion
 from mgrpo.envs.arith import evaluate_arithmetic
 from mgrpo.envs.protocol import PlannerAction

@@ -10,6 +10,7 @@ from pathlib import Path
 import fsspec
 import pytest
 import torch
+
 from mgrpo.models import (
     CheckpointError,
     latest_version,

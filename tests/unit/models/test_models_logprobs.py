@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import torch
+
 from mgrpo.models.logprobs import right_pad, token_logprobs
 from mgrpo.models.sft import masked_nll
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+
 from mgrpo.models.sft import SFTConfig, encode_segments, load_sft_jsonl, train_sft
 
 

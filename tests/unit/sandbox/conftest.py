@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from sandbox_testkit import running_server
+
 from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.sandbox.service import SandboxServiceSettings
-from sandbox_testkit import running_server
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import uvicorn
+
 from mgrpo.sandbox.isolation import detect_isolation
 
 needs_root_isolation = pytest.mark.skipif(

@@ -14,9 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from sandbox_testkit import needs_root_isolation, sandbox_uid_processes
+
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.types import ExecRequest
-from sandbox_testkit import needs_root_isolation, sandbox_uid_processes
 
 SECRET = "mgrpo-fake-secret-7f3a9c"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.types import ExecRequest
 

@@ -7,11 +7,11 @@ import time
 
 import httpx
 import pytest
+from sandbox_testkit import free_port, running_server
+
 from mgrpo.sandbox.client import SandboxClient, SandboxUnavailable
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
-from sandbox_testkit import free_port, running_server
-
 from services.sandbox.app import create_app
 
 

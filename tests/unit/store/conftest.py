@@ -1,4 +1,5 @@
 import pytest
+
 from mgrpo.store import Store
 
 

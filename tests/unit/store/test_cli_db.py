@@ -1,5 +1,6 @@
-from mgrpo.cli.main import app
 from typer.testing import CliRunner
+
+from mgrpo.cli.main import app
 
 
 def test_db_upgrade_then_current(tmp_path):
