@@ -47,7 +47,7 @@ class Services:
         self.procs[name], self.ports[name] = proc, port
         return proc
 
-    def wait_healthy(self, name: str, timeout_s: float = 120.0) -> None:
+    def wait_healthy(self, name: str, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.procs[name].poll() is not None:

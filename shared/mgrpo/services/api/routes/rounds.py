@@ -38,7 +38,9 @@ async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
     return await run_in_threadpool(_start, state, body)
 
 
-@router.get("", response_model=list[RoundOut], summary="List rounds (newest last)")
+@router.get("", response_model=list[RoundOut],
+            summary="List rounds (newest last); progress, published models and metrics "
+                    "only on GET /v1/rounds/{round_id}")
 def list_rounds(state: State, run_id: str | None = None) -> list[RoundOut]:
     return [RoundOut(**r.model_dump(exclude={"config"}),
                      trained_models=r.config.get("trained_models", []))
