@@ -24,17 +24,17 @@ BASE_HEALTH_PORT = 9100
 
 def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[str]]]:
     """(name, argv after ``mgrpo``) of every service the run config needs."""
+    from mgrpo.tools import ROLE_TOOLS
     from mgrpo.training.config import load_run_config
-    from mgrpo.training.system import ROLE_TOOLS
 
     cfg = load_run_config(config_path)
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
            ("planner-worker", ["serve", "planner-worker"])]
     for role, model in cfg.agents.items():
         if role != "planner":
+            tool = cfg.role_tools.get(role) or ROLE_TOOLS.get(role, role)
             out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--tool",
-                                             ROLE_TOOLS.get(role, role), "--model",
-                                             cfg.models[model].path]))
+                                             tool, "--model", cfg.models[model].path]))
     out += [(f"trainer-{m}", ["serve", "trainer", "--model", m]) for m in cfg.trained_models()]
     return out
 

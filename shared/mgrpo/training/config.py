@@ -89,6 +89,9 @@ class RunConfig(BaseModel):
     queries_per_round: int = Field(16, ge=1)
     d: int | Literal["auto"] = Field(
         "auto", description="Sub-agent alignment slots per rollout; auto = 99th pct of d_k.")
+    role_tools: dict[str, str] = Field(
+        default_factory=dict, description="Sub-agent role -> registered tool name, for roles "
+        "beyond the built-in searcher (search) and coder (python).")
     tools: dict[str, dict] = Field(
         default_factory=dict, description="Per-tool keyword config, e.g. {search: {k: 1}}: "
         "the warm-start demonstrations must have been written with the same settings.")

@@ -16,13 +16,13 @@ import torch
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
 from mgrpo.envs.rewards import ExactMatchVerifier, RuleExpertJudge
+from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
 from mgrpo.training.subagents import LocalSubagentPool
 
-# The built-in roles and their tools; user sub-agents are added through the config's
-# `agents` mapping plus mgrpo.tools' registry (docs/extending.md).
-ROLE_TOOLS = {"searcher": "search", "coder": "python"}
+# How the planner describes the built-in roles; a user role is described by its name unless
+# the sub-agent service registers a description (docs/extending.md).
 ROLE_DESCRIPTIONS = {card.name: card.description for card in P.DEFAULT_AGENTS}
 
 
@@ -64,14 +64,20 @@ class System:
 
 
 def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
-                tool_cfg: dict[str, dict] | None = None) -> dict[str, Any]:
-    """role -> tool instance; ``tool_cfg`` is the run config's per-tool keyword config."""
+                tool_cfg: dict[str, dict] | None = None,
+                role_tools: dict[str, str] | None = None) -> dict[str, Any]:
+    """role -> tool instance. ``tool_cfg``: per-tool keyword config; ``role_tools``: role ->
+    tool name, over the built-in :data:`mgrpo.tools.ROLE_TOOLS`."""
     from mgrpo.sandbox.local import LocalSandbox
     from mgrpo.tools import build_tool
 
     tools = {}
     for role in roles:
-        name = ROLE_TOOLS[role]
+        name = (role_tools or {}).get(role) or ROLE_TOOLS.get(role)
+        if name is None:
+            raise ValueError(f"sub-agent role {role!r} has no tool: add `role_tools: "
+                             f"{{{role}: <tool>}}` to the run config (registered tools: "
+                             f"see mgrpo.tools.registered_tools())")
         extra = dict((tool_cfg or {}).get(name, {}))
         if name == "search":
             tools[role] = build_tool("search", corpus=bench.corpus, **extra)
@@ -95,7 +101,7 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr) if mcfg.trainable else None
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
     sub_roles = [r for r in cfg.agents if r != "planner"]
-    tools = build_tools(bench, sub_roles, sandbox, cfg.tools)
+    tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)
     runtimes = {}
     for role, model_name in cfg.agents.items():
         lm = models[model_name]

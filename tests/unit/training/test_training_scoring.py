@@ -132,3 +132,10 @@ def test_run_config_errors_say_value_rule_and_fix(change, message):
 def test_run_config_rejects_k_below_2():
     with pytest.raises(ValueError, match="k"):
         RunConfig(models=MODELS, k=1)
+
+
+def test_unknown_subagent_role_without_a_tool_is_a_clear_error():
+    from mgrpo.training.system import build_tools
+
+    with pytest.raises(ValueError, match="role_tools"):
+        build_tools(bench=None, roles=["calendar"])
