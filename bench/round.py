@@ -35,10 +35,7 @@ import argparse
 import json
 import os
 import platform
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -46,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from mgrpo.services.launcher import ServiceProcesses
 
 SMALL = {"train": {"city": 12, "person": 16, "company": 8},
          "dev": {"city": 6, "person": 8, "company": 4},
@@ -161,69 +160,15 @@ def embedded_round(cfg) -> RoundData:
     return data
 
 
-class Processes:
-    """Service processes (``python -m mgrpo.cli.main serve ...``), each with a log file and a
-    health port."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env, self.log_dir = env, log_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.ports: dict[str, int] = {}
-
-    def start(self, name: str, *argv: str) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "mgrpo.cli.main", "serve", *argv],
-            env={**self.env, "MGRPO_HEALTH_PORT": str(port)}, stdout=log,
-            stderr=subprocess.STDOUT)
-        self.ports[name] = port
-
-    def wait_healthy(self, timeout_s: float = 300.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        for name, proc in self.procs.items():
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n"
-                                       f"{self.log(name)[-3000:]}")
-                try:
-                    url = f"http://127.0.0.1:{self.ports[name]}/healthz"
-                    if httpx.get(url, timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not healthy in {timeout_s} s:\n"
-                                       f"{self.log(name)[-3000:]}")
-                time.sleep(0.2)
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def start_services(procs: Processes) -> float:
+def start_services(procs: ServiceProcesses) -> float:
     """The six services of a co-training round; returns seconds until all are healthy."""
     started = time.perf_counter()
-    procs.start("subagent-searcher", "subagent", "--name", "searcher", "--tool", "search")
-    procs.start("subagent-coder", "subagent", "--name", "coder", "--tool", "python")
-    procs.start("planner-worker", "planner-worker")
+    procs.start("subagent-searcher", "serve", "subagent", "--name", "searcher",
+                "--tool", "search")
+    procs.start("subagent-coder", "serve", "subagent", "--name", "coder", "--tool", "python")
+    procs.start("planner-worker", "serve", "planner-worker")
     for model in MODELS:
-        procs.start(f"trainer-{model}", "trainer", "--model", model)
+        procs.start(f"trainer-{model}", "serve", "trainer", "--model", model)
     procs.wait_healthy()
     return time.perf_counter() - started
 
@@ -249,7 +194,7 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("MGRPO_ENGINE", None)  # real tiny models, not a scripted policy
-        procs = Processes(env, workdir)
+        procs = ServiceProcesses(env, workdir)
         bus = KombuBus(broker_url, store, dead_letter_queue_name=Queues(prefix).dead_letter)
         try:
             startup = start_services(procs)
@@ -265,7 +210,8 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
     return data
 
 
-def _timed_round(store, bus, cfg, queues, procs: Processes, timeout_s: float) -> RoundData:
+def _timed_round(store, bus, cfg, queues, procs: ServiceProcesses,
+                 timeout_s: float) -> RoundData:
     from mgrpo.services.rounds import start_round
 
     started = time.perf_counter()
@@ -293,7 +239,7 @@ def _with_results(timed: RoundData, data: RoundData) -> RoundData:
     return data
 
 
-def _delete_queues(broker_url: str, prefix: str, procs: Processes) -> None:
+def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses) -> None:
     """Work queues of this prefix and the planner worker's reply queue (durable: they would
     otherwise outlive the run; its name is ``planner.replies.<host>-<pid>``)."""
     from kombu import Connection

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import typer
 
+from mgrpo.services.launcher import ServiceProcesses
+
 BASE_HEALTH_PORT = 9100
 
 
@@ -39,43 +41,27 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     return out
 
 
-def _pump(name: str, stream) -> None:
-    for line in iter(stream.readline, b""):
-        sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
-        sys.stdout.flush()
-
-
 def up(config: Path = typer.Option(..., exists=True, dir_okay=False,
                                    help="YAML run config shared by every service."),
        api_port: int = typer.Option(8000, help="Port of the planner REST API.")) -> None:
     """Start every service as a local process (RabbitMQ and PostgreSQL must be running)."""
     env = {**os.environ, "MGRPO_MODE": "distributed",
            "MGRPO_RUN_CONFIG": str(config.resolve())}
-    python = [sys.executable, "-m", "mgrpo.cli.main"]
-    subprocess.run([*python, "db", "upgrade"], env=env, check=True)
-    procs: dict[str, subprocess.Popen] = {}
+    subprocess.run([sys.executable, "-m", "mgrpo.cli.main", "db", "upgrade"], env=env,
+                   check=True)
+    services = ServiceProcesses(env)  # output prefixed [name] on our stdout
     for i, (name, argv) in enumerate(service_commands(str(config), api_port)):
-        child_env = {**env, "MGRPO_HEALTH_PORT": str(BASE_HEALTH_PORT + i)}
-        proc = subprocess.Popen([*python, *argv], env=child_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-        threading.Thread(target=_pump, args=(name, proc.stdout), daemon=True).start()
-        procs[name] = proc
+        proc = services.start(name, *argv, health_port=BASE_HEALTH_PORT + i)
         typer.echo(f"[up] started {name} (pid {proc.pid}, health :{BASE_HEALTH_PORT + i})")
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     while not stopping.is_set():
-        dead = [n for n, p in procs.items() if p.poll() is not None]
+        dead = services.dead()
         if dead:
-            typer.echo(f"[up] {dead[0]} exited with {procs[dead[0]].returncode}; stopping all")
+            code = services.procs[dead[0]].returncode
+            typer.echo(f"[up] {dead[0]} exited with {code}; stopping all")
             break
         time.sleep(0.5)
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs.values():
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    services.stop_all()
     typer.echo("[up] all services stopped")

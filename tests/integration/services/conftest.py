@@ -4,16 +4,13 @@ a launcher that runs each service as its own process (``python -m mgrpo.cli.main
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from mgrpo.services.launcher import ServiceProcesses
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 
@@ -23,61 +20,17 @@ sys.path.insert(0, str(KIT_DIR))
 from services_testkit import make_bench, make_tiny, write_run_config  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Services:
-    """Start/stop/kill service processes with their own log files."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env, self.log_dir = env, log_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.ports: dict[str, int] = {}
+class Services(ServiceProcesses):
+    """The library's launcher with test failures: ``start`` takes argv after ``serve``."""
 
     def start(self, name: str, *argv: str, port: int | None = None) -> subprocess.Popen:
-        """``port``: where /healthz answers when it is not MGRPO_HEALTH_PORT (HTTP apps)."""
-        port = port or free_port()
-        env = {**self.env, "MGRPO_HEALTH_PORT": str(port)}
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child)
-        proc = subprocess.Popen([sys.executable, "-m", "mgrpo.cli.main", "serve", *argv],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.procs[name], self.ports[name] = proc, port
-        return proc
+        return super().start(name, "serve", *argv, port=port)
 
     def wait_healthy(self, name: str, timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.procs[name].poll() is not None:
-                raise AssertionError(f"{name} exited with {self.procs[name].returncode}:\n"
-                                     f"{self.log(name)[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.ports[name]}/healthz",
-                             timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{name} not healthy in {timeout_s} s:\n{self.log(name)[-3000:]}")
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text(errors="replace")
-
-    def kill(self, name: str) -> None:
-        self.procs[name].send_signal(signal.SIGKILL)
-        self.procs[name].wait(timeout=30)
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        try:
+            super().wait_healthy(name, timeout_s=timeout_s)
+        except (RuntimeError, TimeoutError) as error:
+            raise AssertionError(str(error)) from None
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import time
 
 import httpx
 import pytest
-from conftest import free_port
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_service_config
+from mgrpo.services.launcher import free_port
 from mgrpo.services.rounds import start_round
 from mgrpo.types import Trajectory
 
