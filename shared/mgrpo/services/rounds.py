@@ -95,6 +95,6 @@ def round_summary(store, round_id: str) -> dict | None:
         "rollouts": {"total": progress.total, "completed": progress.completed},
         "trained_models": trained,
         "published_models": sorted(store.published_models(round_id)),
-        "trajectories": {m: len(store.round_trajectories(round_id, m)) for m in trained},
+        "trajectories": {m: store.count_round_trajectories(round_id, m) for m in trained},
         "metrics": store.metrics(record.run_id, round_id).get(round_id, {}),
     }

@@ -71,7 +71,7 @@ def round_ready(store, round_id: str, model: str, roles: list[str]) -> bool:
     if not progress.done:
         return False
     for role in roles:
-        have = len(store.round_trajectories(round_id, model, agent=role))
+        have = store.count_round_trajectories(round_id, model, agent=role)
         if role == "planner":
             if have < progress.total:
                 return False

@@ -93,6 +93,18 @@ class TrainingMixin(StoreBase):
         return [Trajectory(**{name: getattr(row, name) for name in _COLUMN_FIELDS},
                            **(row.payload or {})) for row in rows]
 
+    def count_round_trajectories(self, round_id: str, model: str,
+                                 agent: str | None = None) -> int:
+        """How many :meth:`round_trajectories` would return, without loading the payloads
+        (trainers poll this while they wait for their part of a round)."""
+        stmt = (select(func.count()).select_from(TrajectoryRow)
+                .join(Rollout, _completing(TrajectoryRow))
+                .where(TrajectoryRow.round_id == round_id, TrajectoryRow.model == model))
+        if agent is not None:
+            stmt = stmt.where(TrajectoryRow.agent == agent)
+        with self._tx() as session:
+            return session.execute(stmt).scalar_one()
+
     def count_trajectories(self, round_id: str | None = None, model: str | None = None) -> int:
         """Stored rows, every attempt included (operations and tests: 'nothing twice')."""
         stmt = select(func.count()).select_from(TrajectoryRow)

@@ -96,6 +96,11 @@ def test_round_trajectories_only_of_the_completing_attempt(store):
     assert [(t.query_id, t.attempt) for t in planner] == [("q1", 1)]
     assert [(t.attempt, t.invocation) for t in searcher] == [(1, 1)]
     assert planner[0] == make_traj(attempt=1)  # round trip: every field, token arrays intact
+    # the payload-free count agrees, and also sees only the completing attempt
+    assert store.count_round_trajectories("run/0", "planner") == 1
+    assert store.count_round_trajectories("run/0", "searcher", agent="searcher") == 1
+    assert store.count_round_trajectories("run/0", "searcher", agent="planner") == 0
+    assert store.count_trajectories("run/0") == 5  # every attempt is still stored
 
 
 def test_mismatched_token_arrays_are_refused(store):
