@@ -8,8 +8,7 @@ It has no authentication: run it on a private network only (see docs/sandbox.md)
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,6 +22,7 @@ from prometheus_client import (
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest, ExecResult
+from mgrpo.services.http import install_error_handlers
 
 
 def create_app(settings: SandboxServiceSettings | None = None,
@@ -46,13 +46,7 @@ def create_app(settings: SandboxServiceSettings | None = None,
     app.state.gate, app.state.sandbox = gate, sandbox
     app.router.on_shutdown.append(gate.close)
 
-    @app.exception_handler(RequestValidationError)
-    async def bad_input(_: Request, err: RequestValidationError) -> JSONResponse:
-        # Never echo the input back: it may be 10 MB of code or not even encodable UTF-8.
-        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
-                  for e in err.errors()]
-        message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
-        return JSONResponse(status_code=422, content={"detail": detail, "message": message})
+    install_error_handlers(app)  # 422 with a message, input never echoed
 
     @app.post("/v1/execute", response_model=ExecResult)
     async def execute(request: ExecRequest):

@@ -13,13 +13,12 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from mgrpo.config import Settings
 from mgrpo.services.api.deps import ApiState
 from mgrpo.services.api.routes import evaluations, health, queries, registry, rounds
+from mgrpo.services.http import install_error_handlers
 
 
 def build_state(settings: Settings) -> ApiState:
@@ -51,12 +50,7 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
         seconds.labels(route).observe(time.perf_counter() - started)
         return response
 
-    @app.exception_handler(RequestValidationError)
-    async def bad_input(_: Request, err: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
-                  for e in err.errors()]
-        message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
-        return JSONResponse(status_code=422, content={"detail": detail, "message": message})
+    install_error_handlers(app)  # 422 with a message, input never echoed
 
     for module in (health, queries, rounds, evaluations, registry):
         app.include_router(module.router)
