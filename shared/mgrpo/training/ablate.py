@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from mgrpo.training.demo import DemoConfig, prepare, run_config
+from mgrpo.training.demo import DemoConfig, prepare, run_config, tokenizer_texts, warm_start
 
 VARIANTS = ("single-agent", "main-only", "co-training")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -42,41 +42,26 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 
 
 def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
-    """Warm-start one model on the inline (single-context) form of the same demos."""
-    import torch
-
+    """Warm-start one model on the inline (single-context) form of the same demonstrations,
+    with the same recipe as the multi-agent models (``demo.warm_start``); its SFT steps are
+    the planner's and the searcher's together, since it learns both roles."""
     from mgrpo.envs import load_benchmark
     from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.models import init_tiny, load_model
-    from mgrpo.models.sft import SFTConfig, load_sft_jsonl, train_sft
     from mgrpo.training.inline import write_inline_demos
     from mgrpo.training.system import build_tools
 
     demo = cfg.demo
     out = Path(demo.out_dir)
-    sft_dir = out / "models" / "sft" / "single"
-    if (sft_dir / "config.json").exists():
-        return str(sft_dir)
+    data = out / "demos-inline" / "planner.jsonl"
     bench = load_benchmark(out / "bench")
-    errors = ExpertErrors(planner=demo.planner_errors, searcher=demo.searcher_errors,
-                          coder=demo.coder_errors)
-    tools = build_tools(bench, ["searcher", "coder"], tool_cfg=demo.tools)
-    write_inline_demos(bench, out / "demos-inline", tools, errors, n=demo.demos_per_agent,
-                       stage=demo.stage, seed=demo.seed)
-    examples = load_sft_jsonl(out / "demos-inline" / "planner.jsonl")
-    base = out / "models" / "init" / "single"
-    init_tiny(base, corpus_texts=[d.text for d in bench.corpus.docs]
-              + ["".join(s.text for s in e.segments) for e in examples[:300]])
-    model, tokenizer = load_model(base)
-    torch.manual_seed(demo.seed)
-    steps = demo.sft_steps.get("planner", 1000) + demo.sft_steps.get("searcher", 400)
-    train_sft(model, tokenizer, examples, SFTConfig(steps=steps, batch_size=demo.sft_batch,
-                                                    seed=demo.seed, eval_every=200),
-              progress=True)
-    model.save_pretrained(sft_dir)
-    tokenizer.save_pretrained(sft_dir)
-    print(f"[ablate {time.perf_counter() - t0:6.1f}s] single-agent warm start done", flush=True)
-    return str(sft_dir)
+    if not data.exists():
+        errors = ExpertErrors(planner=demo.planner_errors, searcher=demo.searcher_errors,
+                              coder=demo.coder_errors)
+        tools = build_tools(bench, ["searcher", "coder"], tool_cfg=demo.tools)
+        write_inline_demos(bench, out / "demos-inline", tools, errors,
+                           n=demo.demos_per_agent, stage=demo.stage, seed=demo.seed)
+    steps = demo.sft_steps.get("planner", 1000) + demo.sft_steps.get("searcher", 1000)
+    return warm_start(demo, "single", data, steps, tokenizer_texts(bench, [data]), t0)
 
 
 def variant_config(cfg: AblateConfig, variant: str, seed: int, paths: dict[str, str]) -> dict:

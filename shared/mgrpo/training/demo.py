@@ -56,13 +56,10 @@ def _stamp(msg: str, t0: float) -> None:
 
 def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     """Benchmark, demonstrations, tiny models and their warm start; returns model paths."""
-    import torch
 
     from mgrpo.envs import BenchmarkConfig, build_benchmark
     from mgrpo.envs.demos import write_demos
     from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.models import TinyModelConfig, init_tiny, load_model
-    from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
     from mgrpo.training.system import build_tools
 
     out = Path(cfg.out_dir)
@@ -90,35 +87,51 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
         files["coder"] = out / "demos-coder" / "coder.jsonl"
     _stamp(f"demonstrations: {summary['records']}, expert accuracy "
            f"{summary['accuracy']:.2f}", t0)
-    # The tokenizer sees training text only: test entities' names must decompose into
-    # pieces (syllables) the models were trained on, not into tokens nobody ever trained.
+    texts = tokenizer_texts(bench, list(files.values()))
+    return {role: warm_start(cfg, role, path, cfg.sft_steps.get(role, 300), texts, t0)
+            for role, path in files.items()}
+
+
+def tokenizer_texts(bench, sft_files: list[Path]) -> list[str]:
+    """What the tokenizer is trained on: TRAINING documents and demonstrations only, so
+    test entities' names decompose into pieces (syllables) the models were trained on, not
+    into tokens nobody ever trained."""
+    from mgrpo.models.sft import load_sft_jsonl
+
     train_docs = {e.doc_id for e in bench.kg.entities if e.split == "train"}
     texts = [d.text for d in bench.corpus.docs if d.id in train_docs]
-    for path in files.values():
-        for example in load_sft_jsonl(path)[:300]:
-            texts.append("".join(s.text for s in example.segments))
-    paths = {}
-    for role, path in files.items():
-        sft_dir = out / "models" / "sft" / role
-        if (sft_dir / "config.json").exists():  # a finished warm start is reused
-            _stamp(f"warm start {role}: reusing {sft_dir}", t0)
-            paths[role] = str(sft_dir)
-            continue
-        base = out / "models" / "init" / role
-        init_tiny(base, TinyModelConfig(vocab_size=cfg.vocab_size, seed=cfg.seed),
-                  corpus_texts=texts)
-        model, tokenizer = load_model(base)
-        torch.manual_seed(cfg.seed)
-        metrics = train_sft(model, tokenizer, load_sft_jsonl(path),
-                            SFTConfig(steps=cfg.sft_steps.get(role, 300), batch_size=cfg.sft_batch,
-                                      seed=cfg.seed, eval_every=100), progress=True)
-        model.save_pretrained(sft_dir)
-        tokenizer.save_pretrained(sft_dir)
-        save_metrics(metrics, sft_dir / "sft_metrics.json")
-        first, last = metrics["eval_loss"][0][1], metrics["eval_loss"][-1][1]
-        _stamp(f"warm start {role}: eval loss {first:.3f} -> {last:.3f}", t0)
-        paths[role] = str(sft_dir)
-    return paths
+    for path in sft_files:
+        texts += ["".join(s.text for s in ex.segments) for ex in load_sft_jsonl(path)[:300]]
+    return texts
+
+
+def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[str],
+               t0: float) -> str:
+    """A tiny model ``name`` built and SFT-trained on ``data``; a finished one is reused."""
+    import torch
+
+    from mgrpo.models import TinyModelConfig, init_tiny, load_model
+    from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
+
+    out = Path(cfg.out_dir)
+    sft_dir = out / "models" / "sft" / name
+    if (sft_dir / "config.json").exists():
+        _stamp(f"warm start {name}: reusing {sft_dir}", t0)
+        return str(sft_dir)
+    base = out / "models" / "init" / name
+    init_tiny(base, TinyModelConfig(vocab_size=cfg.vocab_size, seed=cfg.seed),
+              corpus_texts=texts)
+    model, tokenizer = load_model(base)
+    torch.manual_seed(cfg.seed)
+    metrics = train_sft(model, tokenizer, load_sft_jsonl(data),
+                        SFTConfig(steps=steps, batch_size=cfg.sft_batch, seed=cfg.seed,
+                                  eval_every=100), progress=True)
+    model.save_pretrained(sft_dir)
+    tokenizer.save_pretrained(sft_dir)
+    save_metrics(metrics, sft_dir / "sft_metrics.json")
+    first, last = metrics["eval_loss"][0][1], metrics["eval_loss"][-1][1]
+    _stamp(f"warm start {name}: eval loss {first:.3f} -> {last:.3f}", t0)
+    return str(sft_dir)
 
 
 def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
