@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -135,15 +136,21 @@ class RuleExpertJudge:
         return 0.0 if truth is None else exact_match(result, truth)
 
 
-def planner_turn_reward(question: Question, action: PlannerAction | str) -> float:
+def planner_turn_reward(question: Question, action: PlannerAction | str,
+                        solved: Collection[tuple[str, str]] = ()) -> float:
     """AT-GRPO local reward of one planner turn: a call scores 1.0 if it gives a gold
-    subtask's text to that subtask's agent; an answer scores its exact match; invalid 0."""
+    subtask's text to that subtask's agent, unless that subtask is in ``solved`` (pairs of
+    agent and :func:`normalize_answer`-ed task already answered correctly in this episode:
+    repeating it is no progress, and paying for it would let looping beat answering); an
+    answer scores its exact match; invalid 0."""
     if isinstance(action, str):
         action = parse_planner_turn(action)
     if action.kind == "answer":
         return exact_match(action.answer, question.answer)
     if action.kind == "call":
         task = normalize_answer(action.task)
+        if (action.agent, task) in solved:
+            return 0.0
         return float(any(st.agent == action.agent and normalize_answer(st.task) == task
                          for st in question.subtasks))
     return 0.0

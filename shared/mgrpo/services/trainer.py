@@ -37,7 +37,7 @@ from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import publish_stats
-from mgrpo.training.rounds import train_model
+from mgrpo.training.rounds import observed_d, train_model
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class TrainerService:
                                         if k != "trained_models"})
         trajs = store.round_trajectories(round_id, lm.name)
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
-        d_seen = {r: store.d_counts(r) for r in self.roles if r != "planner"}
+        d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
         already = store.latest_checkpoint(lm.name)
         applied = already is not None and already.round_id == round_id

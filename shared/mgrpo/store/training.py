@@ -23,6 +23,7 @@ from sqlalchemy import and_, func, select
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import GroupStat, ObservedD, PlannerOutcome, Rollout, TrajectoryRow, utcnow
+from mgrpo.store.models import Round as RoundRow
 from mgrpo.store.records import (
     DCount,
     GroupStatIn,
@@ -199,14 +200,19 @@ class TrainingMixin(StoreBase):
                 "completed; pass DCount(attempt=...) with the attempt that played it")
         return attempt
 
-    def d_counts(self, agent: str, last_n: int | None = None) -> list[int]:
+    def d_counts(self, agent: str, last_n: int | None = None,
+                 run_id: str | None = None) -> list[int]:
         """Observed d_k of ``agent``, completing attempts only, newest first; ``last_n``
-        keeps the newest n observations.
+        keeps the newest n observations; ``run_id`` keeps that run's rounds only.
 
-        Input of ``d: auto`` (SPEC 1.3: the 99th percentile of observed d_k).
+        Input of ``d: auto`` (SPEC 1.3: the 99th percentile of observed d_k), which reads
+        one run's history (a shared store holds other runs' too).
         """
         stmt = (select(ObservedD.d).join(Rollout, _completing(ObservedD))
                 .where(ObservedD.agent == agent).order_by(ObservedD.id.desc()))
+        if run_id is not None:
+            stmt = stmt.join(RoundRow, RoundRow.round_id == ObservedD.round_id).where(
+                RoundRow.run_id == run_id)
         if last_n is not None:
             stmt = stmt.limit(last_n)
         with self._tx() as session:

@@ -21,7 +21,7 @@ import torch
 from mgrpo.training.config import RunConfig
 from mgrpo.training.evaluate import evaluate
 from mgrpo.training.metrics import MetricsLogger
-from mgrpo.training.rounds import collect, sample_questions, score, train_model
+from mgrpo.training.rounds import collect, observed_d, sample_questions, score, train_model
 from mgrpo.training.scoring import d_counts
 from mgrpo.training.system import System, build_system, out_path
 
@@ -133,7 +133,7 @@ def run_round(system: System, store, run_id: str, round_index: int, pool: list) 
             if role != "planner":
                 store.record_d_counts(role, round_id,
                                       d_counts([t for t in trajs if t.agent == role], keys))
-        d_seen = {r: store.d_counts(r) for r in roles if r != "planner"}
+        d_seen = observed_d(store, run_id, roles)
         model_metrics, stats = train_model(lm, roles, trajs, outcome_map, cfg, system.judge,
                                            d_seen, round_index)
         publish_stats(store, round_id, lm.name, stats)

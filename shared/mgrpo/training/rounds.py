@@ -61,6 +61,13 @@ def choose_d(cfg: RunConfig, observed: list[int]) -> int:
     return int(auto_d(torch.tensor(observed or [1]), quantile=0.99))
 
 
+def observed_d(store, run_id: str, roles: list[str]) -> dict[str, list[int]]:
+    """d_k observed so far in run ``run_id`` per sub-agent role: the input of ``d: auto``.
+    Per run, not the store's whole history (a shared store holds other runs, whose call
+    counts say nothing about this one's policies)."""
+    return {r: store.d_counts(r, run_id=run_id) for r in roles if r != "planner"}
+
+
 def train_model(lm, roles: list[str], trajs: list[Trajectory],
                 outcomes: dict[tuple[str, int], PlannerOutcome], cfg: RunConfig, judge,
                 d_observed: dict[str, list[int]], round_index: int

@@ -10,8 +10,9 @@ the key (query, agent, turn) with ``mgrpo.algo.at_grpo_advantages``.
 Turn rewards, and how they differ from the paper (which leaves both to the environment):
 
 - ``r_local`` (the agent's own step, ground truth from the benchmark): planner ->
-  ``planner_turn_reward`` (a call that names a gold subtask, or a correct answer); searcher
-  tool turn -> ``searcher_turn_reward`` (a gold document retrieved); any other tool turn ->
+  ``planner_turn_reward`` (a call that names a gold subtask not yet solved in this episode,
+  or a correct answer; re-delegating a solved subtask earns 0, so looping does not pay);
+  searcher tool turn -> ``searcher_turn_reward`` (a gold document retrieved); any other tool turn ->
   its observation equals the task's true answer; a return -> r_expert (``RuleExpertJudge``:
   the true answer to the task it was given); an invalid turn -> 0.
 - ``r_team`` must be known at branch time, before the episode that follows the candidate is
@@ -72,6 +73,7 @@ class TreeEpisode:
     ctx: TokenContext = field(default_factory=TokenContext)
     turns: dict[str, int] = field(default_factory=dict)  # agent -> decisions so far
     calls: dict[str, int] = field(default_factory=dict)  # role -> invocations so far
+    solved: set[tuple[str, str]] = field(default_factory=set)  # (agent, normalized task)
     done: bool = False
 
     def next_turn(self, agent: str) -> int:
@@ -129,6 +131,9 @@ class TreeSampler:
             for role in dict.fromkeys(c.agent for c in calls):
                 self._subagent_tree([c for c in calls if c.agent == role], round_id, seed)
             for call in calls:
+                if call.result is not None and self.judge.judge(call.agent, call.task or "",
+                                                                call.result):
+                    call.episode.solved.add((call.agent, normalize_answer(call.task or "")))
                 result = call.result if call.result is not None else FAILED_RESULT
                 call.episode.ctx.add_prompt(encode(planner.tokenizer, P.render_ret(result)))
         return episodes
@@ -181,7 +186,8 @@ class TreeSampler:
             action = P.parse_planner_turn(completion.text)
             team = exact_match(action.answer, question.answer) if action.kind == "answer" \
                 else 0.0
-            return Scored(completion, action, team, planner_turn_reward(question, action))
+            return Scored(completion, action, team,
+                          planner_turn_reward(question, action, branch.episode.solved))
         action = P.parse_subagent_turn(completion.text)
         if action.kind == "return":
             gold = {normalize_answer(st.answer) for st in question.subtasks}

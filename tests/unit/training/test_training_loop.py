@@ -39,3 +39,33 @@ def test_two_rounds_write_the_store_and_csv(algorithm, tmp_path, tiny_dir, bench
     assert {"planner/accuracy", "time/update_s"} <= {row["key"] for row in rows}
     state = (tmp_path / "run" / "state.json").read_text()
     assert '"completed_rounds": 2' in state
+
+
+def test_auto_d_reads_this_runs_history_only(tmp_path, tiny_dir, bench_dir):
+    """Issue 10.6: ``d: auto`` took the 99th percentile of every d_k in the store, so
+    another run sharing the store (one PostgreSQL for all runs in distributed mode) set
+    this run's alignment size. Here a finished run "other" called the searcher 9 times per
+    rollout; this run's own rollouts decide its d."""
+    from mgrpo.store import Store
+    from mgrpo.store.records import DCount
+    from mgrpo.training.loop import run_round, stage_pool
+    from mgrpo.training.rounds import choose_d
+    from mgrpo.training.system import build_system
+
+    cfg = RunConfig.model_validate(run_config_dict(tmp_path, tiny_dir, bench_dir))
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.upgrade()
+    store.create_run("other", "other", {})
+    store.create_round("other", "other-r0000", 0, ["q1"], 40)
+    for rollout in range(40):
+        store.complete_rollout("other-r0000", "q1", rollout, 0)
+    store.record_d_counts("searcher", "other-r0000",
+                          [DCount(query_id="q1", rollout=r, d=9) for r in range(40)])
+    assert choose_d(cfg, store.d_counts("searcher")) == 9
+    store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
+    system = build_system(cfg)
+    metrics = run_round(system, store, cfg.name, 0, stage_pool(system, 0))
+    assert metrics["searcher/d"] < 9
+    own = store.d_counts("searcher", run_id=cfg.name)
+    assert len(own) == cfg.queries_per_round * cfg.k and max(own) < 9
+    assert metrics["searcher/d"] == choose_d(cfg, own)

@@ -31,15 +31,15 @@ def _options(question):
     }
 
 
-def _engine(tokenizer, question, role):
-    options = _options(question)
+def _engine(tokenizer, question, role, options=None):
+    options = options or _options(question)
     seen: Counter = Counter()
 
     def respond(prompt, params):
         text = tokenizer.decode(prompt)
         turn = text.count("<obs>") if role == "searcher" else text.count("<ret>")
         key = tuple(prompt)
-        choice = options[(role, turn)][seen[key] % 4]
+        choice = options.get((role, turn), [P.render_answer("wrong")] * 4)[seen[key] % 4]
         seen[key] += 1
         return tokenizer.encode(choice, add_special_tokens=False)
 
@@ -121,3 +121,45 @@ def test_samples_reject_trajectories_without_turn_rewards(tree):
     bare = episode.candidates[0].model_copy(update={"reward": None})
     with pytest.raises(ValueError, match="need `reward` and `turn`"):
         at_grpo_samples([bare], cfg)
+
+
+def test_redelegating_a_solved_subtask_earns_nothing(bench, tools, tokenizer):
+    """Issue 10.6: a planner call that hands an agent a subtask it has already solved in
+    this episode made no progress; it scored r_local = 1.0 every turn, so looping could beat
+    answering (here: 1.0 for the repeat vs 0.0 for a wrong answer). Only the FIRST call of
+    a gold subtask (or one after failed attempts) pays."""
+    question = next(q for q in bench.questions("train", stage=1)
+                    if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
+    sub = question.subtasks[0]
+    options = _options(question)
+    options[("planner", 1)] = [P.render_call("searcher", sub.task), P.render_answer("wrong"),
+                               "x", P.render_call("searcher", "age of Nobody")]
+    cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
+                    k=4, at_grpo_alpha=0.5)
+    runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r, options), tokenizer,
+                                tool=tools.get(r)) for r in ("planner", "searcher")}
+    sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
+    (episode,) = sampler.run("r0", [question], seed=0)
+    rewards = {(t.agent, t.turn, t.rollout): t.reward for t in episode.candidates}
+    assert [rewards[("planner", 0, k)] for k in range(4)] == [0.0, 1.0, 0.0, 0.0]
+    assert rewards[("searcher", 1, 0)] == 1.5  # the first call was solved
+    assert [rewards[("planner", 1, k)] for k in range(4)] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_redelegating_an_unsolved_subtask_still_pays(bench, tools, tokenizer):
+    """A retry after the sub-agent failed is progress the planner may still earn."""
+    question = next(q for q in bench.questions("train", stage=1)
+                    if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
+    sub = question.subtasks[0]
+    options = _options(question)
+    options[("searcher", 1)] = [P.render_return("1")] * 4  # the first call fails
+    options[("planner", 1)] = [P.render_call("searcher", sub.task), P.render_answer("wrong"),
+                               "x", "y"]
+    cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
+                    k=4, at_grpo_alpha=0.5)
+    runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r, options), tokenizer,
+                                tool=tools.get(r)) for r in ("planner", "searcher")}
+    sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
+    (episode,) = sampler.run("r0", [question], seed=0)
+    rewards = {(t.agent, t.turn, t.rollout): t.reward for t in episode.candidates}
+    assert [rewards[("planner", 1, k)] for k in range(4)] == [1.0, 0.0, 0.0, 0.0]
