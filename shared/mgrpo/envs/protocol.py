@@ -165,12 +165,15 @@ def _trajectory_ok(kinds: list[str], final: str, max_turns: int) -> bool:
             and all(k not in ("invalid", final) for k in kinds[:-1]))
 
 
-def planner_format_ok(actions: Sequence[PlannerAction], max_turns: int = 8) -> bool:
+def planner_format_ok(actions: Sequence[PlannerAction], *, max_turns: int) -> bool:
     """r_format of a planner trajectory: every turn parsed, exactly one answer, at the end,
-    within ``max_turns`` turns."""
+    within ``max_turns`` turns. ``max_turns`` has no default on purpose: callers pass the run
+    config's ``sampling.planner_max_turns`` (the runner's own limit), one source of truth."""
     return _trajectory_ok([a.kind for a in actions], "answer", max_turns)
 
 
-def subagent_format_ok(actions: Sequence[SubagentAction], max_turns: int = 4) -> bool:
-    """r_format of one sub-agent invocation: turns parsed, ends with its one return."""
+def subagent_format_ok(actions: Sequence[SubagentAction], *, max_turns: int) -> bool:
+    """r_format of one sub-agent invocation: turns parsed, ends with its one return, within
+    ``max_turns`` turns (the run config's ``sampling.subagent_max_turns``, passed by the
+    caller)."""
     return _trajectory_ok([a.kind for a in actions], "return", max_turns)

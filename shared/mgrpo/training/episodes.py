@@ -254,7 +254,8 @@ class EpisodeRunner:
     def _episode(self, state: _EpisodeState) -> Episode:
         job = state.job
         format_ok = (not state.broken and state.answer is not None
-                     and P.planner_format_ok(state.actions))
+                     and P.planner_format_ok(state.actions,
+                                             max_turns=self.sampling.planner_max_turns))
         planner = Trajectory(
             traj_id=trajectory_id(job.round_id, job.question.id, job.rollout, "planner", 0),
             attempt=job.attempt, round_id=job.round_id, query_id=job.question.id,

@@ -76,13 +76,14 @@ def run_subagent_calls(runtime: AgentRuntime, calls: list[SubagentCall],
                 state.trace.append({"agent": runtime.role, "tool": runtime.tool.name,
                                     "input": payload, "observation": observation})
                 state.ctx.add_prompt(encode(tok, P.render_obs(observation)))
-    return [_outcome(runtime, s) for s in states]
+    return [_outcome(runtime, s, sampling.subagent_max_turns) for s in states]
 
 
-def _outcome(runtime: AgentRuntime, state: _CallState) -> SubagentOutcome:
+def _outcome(runtime: AgentRuntime, state: _CallState, max_turns: int) -> SubagentOutcome:
     call = state.call
     round_id, query_id, rollout = call.key
-    format_ok = state.result is not None and P.subagent_format_ok(state.actions)
+    format_ok = state.result is not None and P.subagent_format_ok(state.actions,
+                                                                  max_turns=max_turns)
     trajectory = Trajectory(
         traj_id=trajectory_id(round_id, query_id, rollout, runtime.role, call.invocation),
         attempt=call.attempt, round_id=round_id, query_id=query_id, rollout=rollout,
