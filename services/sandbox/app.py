@@ -2,7 +2,8 @@
 
 All isolation lives in :class:`mgrpo.sandbox.local.LocalSandbox`; the queue in
 :class:`mgrpo.sandbox.service.ConcurrencyGate`. This file only maps HTTP to them: 422 for a
-bad body (FastAPI's validation, each error with its ``msg``), 429 when the queue is full.
+bad body (FastAPI's validation, each error with its ``msg``) or a ``memory_mb`` above the
+service's ``max_memory_mb``, 429 when the queue is full.
 It has no authentication: run it on a private network only (see docs/sandbox.md).
 """
 
@@ -19,7 +20,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
+from mgrpo.sandbox.local import LimitExceeded, LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest, ExecResult
 from mgrpo.services.http import install_error_handlers
@@ -30,7 +31,7 @@ def create_app(settings: SandboxServiceSettings | None = None,
     settings = settings or SandboxServiceSettings()
     sandbox = sandbox or LocalSandbox(SandboxLimits(
         output_limit_bytes=settings.output_limit_bytes, max_processes=settings.max_processes,
-        max_concurrent=settings.max_concurrency))
+        max_concurrent=settings.max_concurrency, max_memory_mb=settings.max_memory_mb))
     gate = ConcurrencyGate(settings.max_concurrency, settings.max_queue)
     registry = CollectorRegistry()  # per app, so tests can build several
     calls = Counter("sandbox_calls", "Finished calls by status", ["status"], registry=registry)
@@ -55,6 +56,8 @@ def create_app(settings: SandboxServiceSettings | None = None,
         except QueueFull as err:
             rejected.inc()
             return JSONResponse(status_code=429, content={"detail": str(err)})
+        except LimitExceeded as err:
+            return JSONResponse(status_code=422, content={"detail": str(err), "message": str(err)})
         calls.labels(result.status).inc()
         seconds.observe(result.duration_s)
         return result

@@ -29,6 +29,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from mgrpo.sandbox.isolation import (
+    JAIL_DEVICES,
+    JAIL_MODES,
     JAIL_WORK_DIR,
     VISIBLE_TOP_LEVEL,
     IsolationMode,
@@ -48,19 +50,26 @@ class SandboxLimits(BaseModel):
     output_limit_bytes: int = Field(
         1_000_000, ge=1, description="stdout + stderr bytes kept; more -> status output_limit "
         "and the call is stopped (a model printing in a loop must not fill the host's RAM).")
+    max_memory_mb: int = Field(
+        1024, ge=16, le=8192, description="Largest memory_mb a call may ask for; more is "
+        "refused (LimitExceeded, HTTP 422): max_concurrent calls x this must fit the host.")
     max_processes: int = Field(
         16, ge=1, description="RLIMIT_NPROC of the call's own uid: stops fork bombs. Binds "
         "only in isolation 'root' (own uid per call) or when the service is not root.")
     file_size_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file it may write.")
     work_dir_mb: int = Field(64, ge=1, description="Size of the private tmpfs work dir "
                              "(isolation 'root'); elsewhere a host temp dir, no size cap.")
-    isolation: Literal["auto", "root", "userns", "none"] = Field(
+    isolation: Literal["auto", "bwrap", "root", "userns", "none"] = Field(
         "auto", description="auto: the strongest mode the host allows (detect_isolation).")
     uid_base: int = Field(
         200_000_000, ge=65_536, le=4_000_000_000, description="Calls run as uids "
         "uid_base + 128*(pid % 10000) + slot: unique per concurrent call, no passwd entry.")
     max_concurrent: int = Field(128, ge=1, le=128, description="Calls in flight at once "
                                 "(uid slots); more wait.")
+
+
+class LimitExceeded(ValueError):
+    """The request asks for more than this sandbox allows; the message names the limit."""
 
 
 class _UidPool:
@@ -97,10 +106,20 @@ class LocalSandbox:
         self._uids = _UidPool(base, self.limits.max_concurrent)
 
     def execute(self, request: ExecRequest) -> ExecResult:
-        """Run ``request.code``; never raises for anything the code does."""
+        """Run ``request.code``; never raises for anything the code does.
+
+        Raises :class:`LimitExceeded` before running anything when the request asks for more
+        memory than ``limits.max_memory_mb``.
+        """
+        if request.memory_mb > self.limits.max_memory_mb:
+            raise LimitExceeded(
+                f"memory_mb={request.memory_mb} is above this sandbox's limit "
+                f"max_memory_mb={self.limits.max_memory_mb} (MGRPO_SANDBOX_MAX_MEMORY_MB); "
+                "ask for less")
         start = time.monotonic()
         with self._uids.lease() as uid, self._work_dir() as work_dir:
-            argv = launcher_command(self.mode, json.dumps(self._config(request, uid, work_dir)))
+            argv = launcher_command(self.mode, json.dumps(self._config(request, uid, work_dir)),
+                                    work_dir, self.limits.work_dir_mb)
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True,
                                     env=_LAUNCHER_ENV, cwd="/", close_fds=True)
@@ -113,7 +132,9 @@ class LocalSandbox:
         return _classify(proc.returncode, stdout, stderr, stopped, time.monotonic() - start)
 
     def _config(self, request: ExecRequest, uid: int, work_dir: str) -> dict:
-        return {"mode": self.mode, "uid": uid, "workdir": work_dir,
+        setuid = self.mode == "root" or (self.mode == "bwrap" and os.geteuid() == 0)
+        return {"mode": self.mode, "uid": uid, "workdir": work_dir, "setuid": setuid,
+                "devices": list(JAIL_DEVICES),
                 "mem_bytes": request.memory_mb * 2**20,
                 "cpu_s": max(1, math.ceil(request.timeout_s)),
                 "nproc": self.limits.max_processes,
@@ -125,7 +146,7 @@ class LocalSandbox:
 
     @contextlib.contextmanager
     def _work_dir(self) -> Iterator[str]:
-        if self.mode == "root":  # a tmpfs inside the mount namespace: gone with it
+        if self.mode in JAIL_MODES:  # a tmpfs inside the mount namespace: gone with it
             yield JAIL_WORK_DIR
             return
         path = tempfile.mkdtemp(prefix="mgrpo-sandbox-")

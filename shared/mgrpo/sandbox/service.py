@@ -29,6 +29,8 @@ class SandboxServiceSettings(BaseSettings):
     max_queue: int = Field(256, ge=0, description="Calls waiting for a slot; beyond -> 429.")
     output_limit_bytes: int = Field(1_000_000, ge=1, description="See SandboxLimits.")
     max_processes: int = Field(16, ge=1, description="See SandboxLimits.")
+    max_memory_mb: int = Field(1024, ge=16, le=8192, description="See SandboxLimits: a "
+                               "larger memory_mb is refused with 422.")
 
 
 class QueueFull(RuntimeError):

@@ -1,19 +1,20 @@
-"""Fixtures: a LocalSandbox, and the real sandbox service on a free port (uvicorn in a thread)."""
+"""Fixtures: a LocalSandbox per jail mode, and the real sandbox service on a free port."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from sandbox_testkit import running_server
+from sandbox_testkit import SANDBOX_MODES, running_server
 
-from mgrpo.sandbox.local import LocalSandbox
+from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import SandboxServiceSettings
 
 
-@pytest.fixture(scope="session")
-def sandbox() -> LocalSandbox:
-    return LocalSandbox()
+@pytest.fixture(scope="session", params=SANDBOX_MODES)
+def sandbox(request) -> LocalSandbox:
+    """One LocalSandbox per jail mode the host has: every hostile test runs in each."""
+    return LocalSandbox(SandboxLimits(isolation=request.param))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from sandbox_testkit import needs_root_isolation, sandbox_uid_processes
+from sandbox_testkit import needs_jail, sandbox_uid_processes
 
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.types import ExecRequest
@@ -50,7 +50,7 @@ def test_sleep_past_the_limit_times_out_and_leaves_nothing(sandbox):
     assert leftovers(sandbox) == []
 
 
-@needs_root_isolation
+@needs_jail
 def test_fork_bomb_is_capped_by_process_limit(sandbox):
     code = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
             "            time.sleep(30)\n            os._exit(0)\n        n += 1\n"
@@ -76,13 +76,13 @@ def test_huge_output_is_cut_at_the_cap(sandbox):
     assert cap <= len(result.stdout) + len(result.stderr) <= cap + 2 * 65536
 
 
-@needs_root_isolation
+@needs_jail
 @pytest.mark.parametrize("path", ["/etc/pwned", "/usr/pwned", "/pwned", "/root/.pyenv/pwned"])
 def test_writing_outside_the_work_dir_fails(sandbox, path):
     code = (f"try:\n    open({path!r}, 'w').write('x')\n    print('wrote')\n"
             "except OSError as err:\n    print(type(err).__name__)\n")
     result = run(sandbox, code)
-    assert result.stdout.strip() in {"PermissionError", "OSError"}, result
+    assert result.stdout.strip() in {"PermissionError", "OSError", "FileNotFoundError"}, result
     assert not os.path.exists(path)
 
 
@@ -104,7 +104,7 @@ def test_service_environment_is_not_visible(sandbox, monkeypatch):
     assert SECRET not in result.stdout + result.stderr
 
 
-@needs_root_isolation
+@needs_jail
 def test_secret_files_are_hidden(sandbox, tmp_path):
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(SECRET)
@@ -119,7 +119,7 @@ def test_secret_files_are_hidden(sandbox, tmp_path):
     assert result.stdout.count("FileNotFoundError") >= 3, result.stdout
 
 
-@needs_root_isolation
+@needs_jail
 def test_host_processes_are_invisible(sandbox):
     result = run(sandbox, "import os\nprint(sorted(int(p) for p in os.listdir('/proc') "
                           "if p.isdigit()))")
@@ -145,7 +145,7 @@ def test_socket_to_an_outside_address_fails(sandbox):
     assert result.status == "ok" and "connected" not in result.stdout, result
 
 
-@needs_root_isolation
+@needs_jail
 def test_spawned_shell_runs_unprivileged_in_the_same_jail(sandbox):
     code = ("import subprocess\nprint(subprocess.run(['sh', '-c', 'id -u; touch /etc/pwned "
             "2>/dev/null || echo denied'], capture_output=True, text=True).stdout)")
@@ -164,7 +164,7 @@ def test_killing_the_parent_does_not_touch_the_host(sandbox):
     assert os.getpid() > 0 and run(sandbox, "print(7)").stdout == "7\n"
 
 
-@needs_root_isolation
+@needs_jail
 def test_daemonized_child_does_not_outlive_the_call(sandbox):
     code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             "        time.sleep(60)\n    os._exit(0)\nprint('parent done')\n")

@@ -41,7 +41,7 @@ def test_healthz_and_metrics_count_calls(service_url):
     with SandboxClient(service_url) as client:
         client.execute(ExecRequest(code="print(2)"))
     health = httpx.get(f"{service_url}/healthz").json()
-    assert health["status"] == "ok" and health["isolation"] in {"root", "userns", "none"}
+    assert health["status"] == "ok" and health["isolation"] in {"bwrap", "root", "userns", "none"}
     metrics = httpx.get(f"{service_url}/metrics").text
     assert 'sandbox_calls_total{status="ok"}' in metrics
     assert "sandbox_running" in metrics and "sandbox_queued" in metrics
