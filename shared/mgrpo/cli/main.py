@@ -6,15 +6,27 @@ transformers, celery) happen inside commands so ``mgrpo --help`` stays fast.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from mgrpo.cli import data, db, models, run, serve, sft, up
+from mgrpo.cli.errors import ErrorReportingGroup
 
 app = typer.Typer(
     help="mgrpo: train a planner and its tool sub-agents (one LLM each) with M-GRPO.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=ErrorReportingGroup,
 )
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(
+        False, "--debug", help="Show the full traceback of an error (or MGRPO_DEBUG=1).")
+          ) -> None:
+    if debug:  # the environment, so services started by `mgrpo up` inherit it
+        os.environ["MGRPO_DEBUG"] = "1"
 app.add_typer(models.app, name="models", help="Build and inspect models.")
 app.add_typer(data.app, name="data", help="Build the benchmark and demonstrations.")
 app.add_typer(serve.app, name="serve",

@@ -20,11 +20,12 @@ import json
 import random
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from mgrpo.envs.corpus import Corpus, render_corpus
 from mgrpo.envs.kg import SPLITS, KnowledgeGraph, build_kg
 from mgrpo.envs.questions import Question, generate_split
+from mgrpo.validation import StrictModel
 
 FORMAT_VERSION = 1
 
@@ -35,10 +36,9 @@ def _default_entities() -> dict[str, dict[str, int]]:
             "test": {"city": 25, "person": 35, "company": 18}}
 
 
-class BenchmarkConfig(BaseModel):
+class BenchmarkConfig(StrictModel):
     """How big the benchmark is. Defaults: about 3,500 questions and 700 documents, < 5 s."""
 
-    model_config = ConfigDict(extra="forbid")  # a misspelt size in --config must fail
 
     seed: int = 0
     n_train: int = Field(3000, ge=1, description="train questions")

@@ -29,7 +29,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from mgrpo.envs import protocol as P
 from mgrpo.envs.arith import evaluate_arithmetic
@@ -37,34 +37,31 @@ from mgrpo.envs.corpus import parse_document
 from mgrpo.envs.kg import look_alike
 from mgrpo.envs.questions import Question
 from mgrpo.envs.rewards import exact_match, normalize_answer
+from mgrpo.validation import StrictModel, nearest
 
 UNKNOWN = "unknown"
 _SWAPS = {" + ": " - ", " - ": " + ", " > ": " < ", " < ": " > "}
 _OP_RE = re.compile(r" [-+<>] ")
 
 
-class PlannerErrors(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a typo in a rate name must fail
+class PlannerErrors(StrictModel):
 
     skip_delegation: float = Field(0.0, ge=0, le=1, description="per episode")
     wrong_agent: float = Field(0.0, ge=0, le=1, description="per delegation")
     arithmetic_slip: float = Field(0.0, ge=0, le=1, description="per coder subtask")
 
 
-class SearcherErrors(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SearcherErrors(StrictModel):
 
     bad_query: float = Field(0.0, ge=0, le=1, description="per search")
 
 
-class CoderErrors(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CoderErrors(StrictModel):
 
     code_slip: float = Field(0.0, ge=0, le=1, description="per coder call")
 
 
-class ExpertErrors(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ExpertErrors(StrictModel):
 
     planner: PlannerErrors = Field(default_factory=PlannerErrors)
     searcher: SearcherErrors = Field(default_factory=SearcherErrors)
@@ -80,8 +77,10 @@ class ExpertErrors(BaseModel):
         for item in filter(None, (x.strip() for x in spec.split(","))):
             key, sep, value = item.partition("=")
             if not sep or key.strip() not in valid:
+                guess = nearest(key.strip(), sorted(valid))
+                hint = f" (did you mean '{guess}'?)" if guess else ""
                 raise ValueError(f"error rate {item!r} must be KEY=RATE with KEY one of "
-                                 f"{sorted(valid)}")
+                                 f"{sorted(valid)}{hint}")
             agent, name = key.strip().split(".")
             try:
                 rates.setdefault(agent, {})[name] = float(value)

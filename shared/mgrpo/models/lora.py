@@ -6,10 +6,12 @@ or manage several named adapters (one active adapter per model).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from mgrpo.validation import StrictModel
 
 
-class LoraSpec(BaseModel):
+class LoraSpec(StrictModel):
     """LoRA hyper-parameters: low rank ``r`` cuts trainable parameters (and checkpoint size)
     at the cost of capacity; ``alpha / r`` scales the update."""
 

@@ -30,6 +30,7 @@ import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from mgrpo.models.logprobs import right_pad, token_logprobs
+from mgrpo.validation import StrictModel
 
 
 class SFTSegment(BaseModel):
@@ -42,7 +43,7 @@ class SFTExample(BaseModel):
     segments: list[SFTSegment]
 
 
-class SFTConfig(BaseModel):
+class SFTConfig(StrictModel):
     """Warm-start hyper-parameters."""
 
     steps: int = Field(200, gt=0, description="optimizer steps")

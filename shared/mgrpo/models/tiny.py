@@ -18,9 +18,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from mgrpo.envs import protocol_tokens as pt
+from mgrpo.validation import StrictModel
 
 # Jinja chat template: each message is its role token, its content, then <|end|>. Roles that are
 # protocol roles (planner, searcher, coder) map to their single special token.
@@ -44,7 +45,7 @@ _FALLBACK_CORPUS = [
 ]
 
 
-class TinyModelConfig(BaseModel):
+class TinyModelConfig(StrictModel):
     """Shape of a tiny Qwen2 model and its tokenizer.
 
     Defaults give about 1.1M parameters: small enough that SFT and RL steps take well under a

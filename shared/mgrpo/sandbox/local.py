@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from mgrpo.sandbox.isolation import (
     JAIL_DEVICES,
@@ -39,12 +39,13 @@ from mgrpo.sandbox.isolation import (
     launcher_command,
 )
 from mgrpo.sandbox.types import ExecRequest, ExecResult
+from mgrpo.validation import StrictModel
 
 _CHUNK = 65536
 _LAUNCHER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
-class SandboxLimits(BaseModel):
+class SandboxLimits(StrictModel):
     """Per-call limits beyond those in :class:`ExecRequest` (timeout, memory)."""
 
     output_limit_bytes: int = Field(

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from mgrpo.sandbox.types import ExecRequest, ExecResult
 from mgrpo.tools.registry import register_tool
+from mgrpo.validation import StrictModel
 
 NO_OUTPUT = "(no output)"
 
@@ -28,7 +29,7 @@ class Executor(Protocol):
     def execute(self, request: ExecRequest) -> ExecResult: ...
 
 
-class PythonConfig(BaseModel):
+class PythonConfig(StrictModel):
     timeout_s: float = Field(5.0, gt=0, le=120, description="wall-clock limit per call")
     memory_mb: int = Field(256, ge=16, le=8192, description="address-space limit per call")
     max_chars: int = Field(200, ge=16, description="observation length cap")

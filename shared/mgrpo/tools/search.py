@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import bm25s
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from mgrpo.envs.corpus import Corpus, Doc
 from mgrpo.tools.registry import register_tool
+from mgrpo.validation import StrictModel
 
 NO_RESULTS = "no results"
 
 
-class SearchConfig(BaseModel):
+class SearchConfig(StrictModel):
     k: int = Field(2, ge=1, le=50, description="documents per search; more finds more but "
                    "lengthens the observation the sub-agent must read")
     max_chars: int = Field(400, ge=16, description="observation length cap")

@@ -15,16 +15,17 @@ import statistics
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from mgrpo.training.demo import DemoConfig, prepare, run_config, tokenizer_texts, warm_start
+from mgrpo.validation import StrictModel
 
 VARIANTS = ("single-agent", "main-only", "co-training")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
          9: 2.262}  # two-sided 95% Student t quantiles by degrees of freedom
 
 
-class AblateConfig(BaseModel):
+class AblateConfig(StrictModel):
     out_dir: str = "runs/ablate"
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     rounds: int = 15

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
+
+from mgrpo.validation import StrictModel
 
 Algorithm = Literal["mgrpo", "at_grpo", "grpo"]
 
 
-class RewardWeights(BaseModel):
+class RewardWeights(StrictModel):
     """SPEC 1.2 (paper Eq. 4-5). Planner: a = (format, correct); sub-agent: b = (format,
     correct_main, expert)."""
 
@@ -24,7 +26,7 @@ class RewardWeights(BaseModel):
     subagent: tuple[float, float, float] = (0.1, 0.4, 0.5)
 
 
-class LossConfig(BaseModel):
+class LossConfig(StrictModel):
     """SPEC 1.4. ``agg``: token-mean (DAPO, default) weighs every token equally;
     seq-mean-token-mean (original GRPO) weighs every sequence equally, so short answers pull
     harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of both."""
@@ -41,7 +43,7 @@ class LossConfig(BaseModel):
     eps: float = 1e-6
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(StrictModel):
     """One trainable model. Several agents may share one model (``agents`` mapping)."""
 
     path: str = Field(description="Local HF folder (or checkpoint) to start from.")
@@ -53,7 +55,7 @@ class ModelConfig(BaseModel):
     trainable: bool = Field(True, description="False freezes it (main-only ablation).")
 
 
-class SamplingConfig(BaseModel):
+class SamplingConfig(StrictModel):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -62,7 +64,7 @@ class SamplingConfig(BaseModel):
     max_new_tokens: int = 32  # per turn
 
 
-class StageConfig(BaseModel):
+class StageConfig(StrictModel):
     """A curriculum stage (SPEC 1.6): which training questions, for how many rounds.
     ``max_success``: keep only queries whose success rate under the system at the start of
     the stage is below this threshold (1.0 = keep all)."""
@@ -73,7 +75,7 @@ class StageConfig(BaseModel):
     filter_samples: int = Field(4, ge=1, description="Rollouts per query for the filter.")
 
 
-class RunConfig(BaseModel):
+class RunConfig(StrictModel):
     name: str = "run"
     seed: int = 0
     algorithm: Algorithm = Field(
@@ -129,10 +131,14 @@ class RunConfig(BaseModel):
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
     """Read a YAML run config; ``overrides`` (dotted keys) win over the file."""
     data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping of options, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {dotted}: {key!r} is not a section (it is {node!r})")
         node[leaf] = value
     return RunConfig.model_validate(data)

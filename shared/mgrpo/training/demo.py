@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from mgrpo.validation import StrictModel
 
 
-class DemoConfig(BaseModel):
+class DemoConfig(StrictModel):
     out_dir: str = "runs/demo"
     seed: int = 0
     stage: int | None = Field(1, description="Benchmark stage trained and evaluated.")

@@ -134,7 +134,10 @@ def test_error_spec_parsing():
         ExpertErrors.parse("planner.wrong_agent=lots")
     with pytest.raises(ValueError):
         ExpertErrors.parse("planner.wrong_agent=1.5")
-    with pytest.raises(ValueError, match="extra"):
+    with pytest.raises(ValueError, match="did you mean 'planner.skip_delegation'"):
+        ExpertErrors.parse("planner.skip_delgation=0.5")
+    with pytest.raises(ValueError, match=r"unknown key 'skip_delgation' \(did you mean "
+                       r"'skip_delegation'\?\)"):
         ExpertErrors(planner={"skip_delgation": 0.5})
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from mgrpo.validation import StrictModel
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _In(StrictModel):
+    """Request bodies refuse unknown fields, naming the nearest valid one."""
 
 
 class QueryIn(_In):

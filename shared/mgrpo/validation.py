@@ -1,0 +1,60 @@
+"""Strict config models: an unknown key is an error that names the nearest valid key.
+
+A misspelt option (``kk: 4``, ``loss: {eps_hgh: 0.3}``) silently falling back to its default
+is the worst kind of config bug: the run looks fine and measures the wrong thing. Every config
+model of the project (the YAML run config, the demo and ablation configs, the REST API's input
+bodies) derives from :class:`StrictModel`, so YAML files, ``--set`` overrides and request
+bodies all refuse unknown keys the same way.
+
+:func:`one_line` turns a pydantic ``ValidationError`` into the one line the CLI prints.
+
+What this module does NOT do: read files or environment variables (``mgrpo.config`` does, and
+its ``Settings`` ignore unknown ``MGRPO_*`` variables on purpose: other settings classes and
+the test harness share that prefix).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+
+def nearest(key: str, valid: list[str]) -> str | None:
+    """The valid key closest to ``key`` (difflib ratio >= 0.5), or None."""
+    found = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return found[0] if found else None
+
+
+def unknown_key_message(key: str, valid: list[str]) -> str:
+    guess = nearest(key, valid)
+    hint = f"did you mean '{guess}'?" if guess else f"valid keys: {', '.join(sorted(valid))}"
+    return f"unknown key '{key}' ({hint})"
+
+
+class StrictModel(BaseModel):
+    """A pydantic model that refuses unknown keys with a did-you-mean suggestion."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            valid = list(cls.model_fields)
+            unknown = [k for k in data if isinstance(k, str) and k not in cls.model_fields]
+            if unknown:
+                raise ValueError("; ".join(unknown_key_message(k, valid) for k in unknown))
+        return data
+
+
+def one_line(exc: ValidationError) -> str:
+    """``loc: message`` of every error, joined on one line (pydantic's own text is several
+    lines per error, with URLs)."""
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error["loc"])
+        msg = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return f"invalid {exc.title}: " + "; ".join(parts)
