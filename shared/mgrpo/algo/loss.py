@@ -10,7 +10,7 @@ then ONE function, :func:`aggregate_loss`, reduces the (B, T) matrix to a scalar
 
 - ``token-mean``               sum(m*l) / sum(m)                       (DAPO, default)
 - ``seq-mean-token-mean``      mean_b( sum_t(m*l) / sum_t(m) )         (original GRPO)
-- ``seq-mean-token-sum-norm``  sum(m*l) / (B * T)                      (Dr. GRPO)
+- ``seq-mean-token-sum-norm``  sum(m*l) / (B * L), L a constant budget  (Dr. GRPO)
 
 Masked tokens (``response_mask == 0``: prompt, observations, padding, dropped samples) change
 nothing: their log-ratios are replaced by 0 *before* ``exp``, so even inf/NaN there cannot leak

@@ -41,6 +41,10 @@ class LossConfig(StrictModel):
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal (no signal).")
     eps: float = 1e-6
+    norm_length: int | None = Field(
+        None, ge=1, description="Dr. GRPO's constant L in sum(m*l) / (B*L) "
+        "(seq-mean-token-sum-norm; verl: loss_scale_factor). None = the generation budget, "
+        "RunConfig.loss_norm_length().")
 
 
 class ModelConfig(StrictModel):
@@ -122,6 +126,19 @@ class RunConfig(StrictModel):
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self
+
+    def loss_norm_length(self) -> int:
+        """Dr. GRPO's constant L: ``loss.norm_length``, else the most tokens one trajectory
+        can generate: ``max_new_tokens`` times its turns (M-GRPO: the planner's or a
+        sub-agent's turn limit, whichever is larger; GRPO: the planner also plays every
+        sub-agent turn inline; AT-GRPO: a sample is one turn). A constant, so the loss scale
+        does not depend on the padded width of the batch."""
+        if self.loss.norm_length is not None:
+            return self.loss.norm_length
+        s = self.sampling
+        turns = {"grpo": s.planner_max_turns * (1 + s.subagent_max_turns), "at_grpo": 1}.get(
+            self.algorithm, max(s.planner_max_turns, s.subagent_max_turns))
+        return s.max_new_tokens * turns
 
     def trained_models(self) -> list[str]:
         used = dict.fromkeys(self.agents.values())

@@ -102,6 +102,7 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
         mcfg = cfg.models[lm.name]
         generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
         update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
-                               pad_id=lm.tokenizer.pad_token_id, generator=generator)
+                               pad_id=lm.tokenizer.pad_token_id, generator=generator,
+                               norm_length=cfg.loss_norm_length())
         metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
     return metrics, stats

@@ -337,7 +337,7 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
             generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
             update = policy_update(lm.model, lm.optimizer, samples, cfg.models[lm.name],
                                    cfg.loss, pad_id=lm.tokenizer.pad_token_id,
-                                   generator=generator)
+                                   generator=generator, norm_length=cfg.loss_norm_length())
             metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
     t3 = time.perf_counter()
     _save_state(system, round_index)

@@ -3,7 +3,8 @@
 Samples are padded once to a common length T, split into ``mini_batches`` optimizer steps,
 each accumulated over micro-batches. Micro-batch losses are re-weighted so the accumulated
 gradient equals the full mini-batch's under every aggregation mode (token-mean: by token
-share; seq-mean modes: by sequence share; T is shared, so Dr. GRPO's B*T normaliser holds).
+share; seq-mean modes: by sequence share, so Dr. GRPO's B*L normaliser, L the constant
+``norm_length``, holds).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
 
@@ -49,8 +50,13 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   samples: list[Sample], model_cfg: ModelConfig, loss_cfg: LossConfig,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
-                  ) -> dict[str, float]:
-    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics."""
+                  norm_length: int | None = None) -> dict[str, float]:
+    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics. ``norm_length``:
+    Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
+    ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width."""
+    if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
+        raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the constant "
+                         "generation budget L, RunConfig.loss_norm_length())")
     if not samples:
         return {}
     batch = pad_samples(samples, pad_id)
@@ -82,7 +88,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 logp, batch["old_logprobs"][sel], batch["advantages"][sel], m,
                 eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
                 ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
-                kl_estimator=loss_cfg.kl_estimator)
+                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length)
             share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
             (loss * share).backward()
             for key, value in metrics.items():

@@ -60,6 +60,14 @@ def test_aggregate_loss_hand_computed():
         7 / 6)
     assert aggregate_loss(loss_mat, mask, "seq-mean-token-sum-norm",
                           norm_length=10).item() == pytest.approx(7 / 20)
+    # Dr. GRPO with a constant L: padding the batch wider (a longer prompt elsewhere) does
+    # not change the loss; without it the normaliser B*T grows with the padding.
+    pad = torch.nn.functional.pad
+    wide, wide_mask = pad(loss_mat, (0, 5)), pad(mask, (0, 5))
+    assert aggregate_loss(wide, wide_mask, "seq-mean-token-sum-norm",
+                          norm_length=10).item() == pytest.approx(7 / 20)
+    assert aggregate_loss(wide, wide_mask, "seq-mean-token-sum-norm").item() == pytest.approx(
+        7 / 16)
     # A sequence with no token (dropped by DAPO) is left out of the sequence mean.
     mask_dropped = torch.tensor([[1, 1, 0], [0, 0, 0]])
     assert aggregate_loss(loss_mat, mask_dropped, "seq-mean-token-mean").item() == 1.5

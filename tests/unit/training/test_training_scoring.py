@@ -110,7 +110,8 @@ def test_micro_batches_1x8_equal_8x1(model, tokenizer, agg):
                                                         "grad_clip": 1e9})
         optimizer = torch.optim.SGD(m.parameters(), lr=1.0)
         policy_update(m, optimizer, _samples(), mcfg, cfg.loss, pad_id=tokenizer.pad_token_id,
-                      generator=torch.Generator().manual_seed(0))
+                      generator=torch.Generator().manual_seed(0),
+                      norm_length=cfg.loss_norm_length())
         weights.append(dict(m.named_parameters()))
     moved = max(float((weights[0][k] - p).detach().abs().max())
                 for k, p in model.named_parameters())
