@@ -6,6 +6,7 @@ Thin: parse options, call ``mgrpo.training``; heavy imports inside the commands.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import typer
@@ -24,17 +25,41 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to train into a folder that holds anything unless told what to do with it:
+    appending silently mixed two runs' metrics, event files and checkpoints."""
+    from mgrpo.cli.errors import UserError
+
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other",
+                        "keep the run (--resume) or delete it (--overwrite), not both")
+    if resume or not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    if not overwrite:
+        raise UserError(f"out_dir {out_dir} is not empty (a previous run?)",
+                        "continue it with --resume, replace it with --overwrite, or pick "
+                        "another folder with --set out_dir=...")
+    resolved = out_dir.resolve()
+    if resolved in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home()):
+        raise UserError(f"--overwrite refuses to delete {resolved} (the current folder, one "
+                        "of its parents, or home)", "set out_dir to a folder of its own")
+    shutil.rmtree(resolved)
+
+
 def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False,
                                       help="YAML run config (docs/configuration.md)."),
           resume: bool = typer.Option(False, help="Continue from the last complete round."),
+          overwrite: bool = typer.Option(False, help="Delete a non-empty out_dir first."),
           set_: list[str] = typer.Option([], "--set", help="Override, e.g. --set k=4"),
           ) -> None:
-    """Train a multi-agent system in embedded mode per a YAML run config."""
+    """Train a multi-agent system in embedded mode per a YAML run config. A non-empty
+    out_dir is refused unless --resume (continue it) or --overwrite (replace it)."""
     from mgrpo.training.config import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.plots import plot_run
 
     cfg = load_run_config(config, _parse_overrides(set_))
+    prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume)
     plot_run(cfg.out_dir)
     typer.echo(json.dumps({"out_dir": str(result.out_dir), "rounds": result.rounds,

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from mgrpo.envs import protocol_tokens as pt
+from mgrpo.models.permissions import make_readable
 from mgrpo.validation import StrictModel
 
 # Jinja chat template: each message is its role token, its content, then <|end|>. Roles that are
@@ -158,6 +159,7 @@ def init_tiny(out_dir: str | Path, config: TinyModelConfig | None = None,
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "mgrpo_tiny.json").write_text(json.dumps(config.model_dump(), indent=2))
+    make_readable(out)  # save_pretrained leaves model.safetensors at 0600
     return out
 
 

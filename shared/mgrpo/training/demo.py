@@ -113,6 +113,7 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
     import torch
 
     from mgrpo.models import TinyModelConfig, init_tiny, load_model
+    from mgrpo.models.permissions import make_readable
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
 
     out = Path(cfg.out_dir)
@@ -131,6 +132,7 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
     model.save_pretrained(sft_dir)
     tokenizer.save_pretrained(sft_dir)
     save_metrics(metrics, sft_dir / "sft_metrics.json")
+    make_readable(sft_dir)  # the services' user must read what this user wrote
     first, last = metrics["eval_loss"][0][1], metrics["eval_loss"][-1][1]
     _stamp(f"warm start {name}: eval loss {first:.3f} -> {last:.3f}", t0)
     return str(sft_dir)
