@@ -20,4 +20,4 @@ def main(settings: Settings, batch_size: int = 16) -> None:
     serve_until_signal(settings, "planner-worker", {
         "mgrpo_planner_episodes_done": lambda: worker.episodes_done,
         "mgrpo_planner_weights_version": lambda: worker.p.runtime.engine.version,
-    }, stop=bus.close)
+    }, stop=bus.close, bus=bus)

@@ -27,4 +27,4 @@ def main(settings: Settings, name: str, tool: str, model: str | None = None,
     serve_until_signal(settings, f"subagent-{name}", {
         "mgrpo_subagent_calls_done": lambda: worker.calls_done,
         "mgrpo_subagent_weights_version": lambda: worker.runtime.engine.version,
-    }, stop=stop)
+    }, stop=stop, bus=bus)

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
         None, description="Bearer token required on mutating REST endpoints. Unset: "
         "mutating endpoints refuse every call (403) in distributed mode.")
     health_port: int = Field(9100, description="Health/metrics port of worker services.")
+    consumer_grace_s: float = Field(
+        30.0, ge=0, description="How long a worker's bus consumer may be disconnected "
+        "(reconnecting after a broker restart) before its /healthz says 503; /readyz says 503 "
+        "at once.")
     device: str = Field("cpu", description="torch device for models: cpu, cuda, cuda:1 ...")
     log_level: str = "INFO"
     run_config: str | None = Field(

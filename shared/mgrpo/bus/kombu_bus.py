@@ -7,20 +7,30 @@ redelivered message whose key was already claimed is acked without re-running th
 raised) is published to the dead-letter queue with the reason in the ``x-mgrpo-reason``
 header and the source queue in ``x-mgrpo-source-queue``, then acked.
 
-Each consumer runs on its own thread with its own connection (kombu connections are not
-thread-safe); publishing shares one connection behind a lock.
+A handler that failed for a transient reason (the database restarting, the sandbox down:
+``mgrpo.bus.errors``) gets its message requeued after ``RETRY_DELAY_S``, never dead-lettered.
 
-What this module does NOT do: run Celery tasks (``mgrpo.bus.app``) or retry handlers.
+Each consumer runs on its own thread with its own connection (kombu connections are not
+thread-safe) and reconnects by itself when the broker restarts (``mgrpo.bus.consumer``);
+:meth:`KombuBus.consumer_problems` says which consumers are not consuming (health checks).
+Publishing shares one connection behind a lock, with publisher confirms and kombu's retry (a
+publish during a broker restart waits for it, then goes through; none is silently dropped).
+
+What this module does NOT do: run Celery tasks (``mgrpo.bus.app``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 
-from kombu import Connection, Consumer, Producer, Queue
+from kombu import Connection, Producer, Queue
 
+from mgrpo.bus.consumer import ConsumerState, serve_queue
+from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, WeightsAnnouncement
 from mgrpo.bus.names import DEAD_LETTER_QUEUE, REASON_HEADER, SOURCE_QUEUE_HEADER
@@ -37,21 +47,23 @@ class KombuBus:
         self.dead_letter_queue_name = dead_letter_queue_name
         self._dedupe = dedupe
         self._publish_lock = threading.Lock()
-        self._connection = Connection(broker_url)
+        # confirm_publish: publish() returns once the broker has the message, so a publish
+        # racing a broker restart raises (and kombu retries it) instead of vanishing.
+        self._connection = Connection(broker_url, transport_options={"confirm_publish": True})
         self._producer = Producer(self._connection.channel())
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._declared: set[str] = set()
+        self.consumers: list[ConsumerState] = []
         self.declare_queue(dead_letter_queue(dead_letter_queue_name))
 
     def work_queue(self, name: str) -> Queue:
         return work_queue(name, self.dead_letter_queue_name)
 
     def declare_queue(self, queue: Queue) -> None:
+        """Declare ``queue`` (again after a reconnect: kombu forgets its cache then)."""
         with self._publish_lock:
-            if queue.name not in self._declared:
-                queue(self._producer.channel).declare()
-                self._declared.add(queue.name)
+            self._connection.ensure(self._producer, lambda: self._producer.maybe_declare(
+                queue), max_retries=None, interval_max=5)()
 
     def publish(self, queue: str, message: Message) -> None:
         self.publish_raw(queue, to_wire(message), message_id=message.message_id)
@@ -59,12 +71,12 @@ class KombuBus:
     def publish_raw(self, queue: str, body: str | bytes, *, message_id: str | None = None,
                     content_type: str = "application/json") -> None:
         """Publish a body as is to a work queue (declared first); persistent delivery."""
-        self.declare_queue(self.work_queue(queue))
         with self._publish_lock:
             self._producer.publish(
                 body, exchange=WORK_EXCHANGE, routing_key=queue, delivery_mode=2,
                 content_type=content_type, content_encoding="utf-8",
-                message_id=message_id or uuid.uuid4().hex, retry=True)
+                message_id=message_id or uuid.uuid4().hex, declare=[self.work_queue(queue)],
+                retry=True, retry_policy=RETRY_POLICY)
 
     def dead_letter(self, queue: str, body: str | bytes, reason: str) -> None:
         """Publish a refused message to the dead-letter queue, keeping why and from where."""
@@ -72,7 +84,9 @@ class KombuBus:
             self._producer.publish(
                 body, exchange=DLX, routing_key=self.dead_letter_queue_name, delivery_mode=2,
                 content_type="application/json", content_encoding="utf-8",
-                headers={REASON_HEADER: reason[:4000], SOURCE_QUEUE_HEADER: queue}, retry=True)
+                headers={REASON_HEADER: reason[:4000], SOURCE_QUEUE_HEADER: queue},
+                declare=[dead_letter_queue(self.dead_letter_queue_name)], retry=True,
+                retry_policy=RETRY_POLICY)
 
     def consume(self, queue: str, handler: Handler, *, consumer: str = "") -> None:
         self._start(self.work_queue(queue), handler, consumer or queue)
@@ -81,7 +95,8 @@ class KombuBus:
         with self._publish_lock:
             self._producer.publish(to_wire(announcement), exchange=WEIGHTS, routing_key="",
                                    delivery_mode=2, content_type="application/json",
-                                   content_encoding="utf-8", declare=[WEIGHTS], retry=True)
+                                   content_encoding="utf-8", declare=[WEIGHTS], retry=True,
+                                   retry_policy=RETRY_POLICY)
 
     def subscribe_weights(self, handler: Handler, *, consumer: str = "") -> None:
         """Bind a private auto-delete queue to the fanout; it exists while this bus lives."""
@@ -92,60 +107,126 @@ class KombuBus:
         self._start(queue, handler, consumer or name)
 
     def _start(self, queue: Queue, handler: Handler, consumer: str) -> None:
+        def on_message(message) -> None:
+            outcome = process_payload(message.body, handler, dedupe=self._dedupe,
+                                      consumer=consumer)
+            if outcome.status == "retry":  # not the message's fault: again, after a pause
+                self._stop.wait(RETRY_DELAY_S)
+                message.requeue()
+                return
+            if outcome.status == "dead_letter":
+                self.dead_letter(queue.name, message.body, outcome.reason or "")
+            message.ack()
+
+        self.serve(queue, consumer, on_message, prefetch=1)
+
+    def serve(self, queue: Queue, consumer: str, on_message: Callable, *, prefetch: int,
+              timeout_s: Callable[[], float] = lambda: 0.2,
+              after_drain: Callable[[bool], None] | None = None,
+              on_disconnect: Callable[[], None] | None = None,
+              stop: threading.Event | None = None) -> threading.Thread:
+        """Run a reconnecting consumer of ``queue`` on its own thread (``mgrpo.bus.consumer``);
+        returns once it consumes. ``stop`` (default: this bus closing) ends it."""
         ready = threading.Event()
-        thread = threading.Thread(target=self._work, args=(queue, handler, consumer, ready),
-                                  name=f"bus-{queue.name}", daemon=True)
+        state = ConsumerState(consumer, queue.name)
+        stop_event = _Either(stop, self._stop) if stop is not None else self._stop
+        thread = threading.Thread(
+            target=serve_queue, name=f"bus-{queue.name}", daemon=True,
+            args=(self.broker_url, queue),
+            kwargs=dict(prefetch=prefetch, state=state, on_message=on_message,
+                        stop=stop_event, ready=ready, timeout_s=timeout_s,
+                        after_drain=after_drain, on_disconnect=on_disconnect))
+        state.thread = thread
+        self.consumers.append(state)
         self._threads.append(thread)
         thread.start()
         if not ready.wait(timeout=30):
             raise TimeoutError(f"consumer on {queue.name!r} did not start within 30 s; is "
                                f"RabbitMQ reachable at {self.broker_url}?")
+        return thread
 
-    def _work(self, queue: Queue, handler: Handler, consumer: str,
-              ready: threading.Event) -> None:
-        def on_message(message) -> None:
-            outcome = process_payload(message.body, handler, dedupe=self._dedupe,
-                                      consumer=consumer)
-            if outcome.status == "dead_letter":
-                self.dead_letter(queue.name, message.body, outcome.reason or "")
-            message.ack()
-
-        with Connection(self.broker_url) as connection:
-            channel = connection.channel()
-            channel.basic_qos(prefetch_size=0, prefetch_count=1, a_global=False)
-            # on_message gets the raw body (kombu does not deserialize it): we decode it
-            # ourselves as JSON, so nothing is ever unpickled and garbage reaches the DLQ.
-            with Consumer(channel, queues=[queue], on_message=on_message, no_ack=False,
-                          accept=["json"], prefetch_count=1):
-                ready.set()
-                while not self._stop.is_set():
-                    try:
-                        connection.drain_events(timeout=0.2)
-                    except TimeoutError:
-                        continue
+    def consumer_problems(self, grace_s: float = 0.0) -> list[str]:
+        """Why some consumer of this bus is not consuming: its thread died, or it has been
+        disconnected for ``grace_s`` or longer. Empty: every consumer consumes."""
+        stopping = self._stop.is_set()
+        return [problem for state in self.consumers
+                if (problem := state.problem(grace_s, stopping)) is not None]
 
     def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         """Take (and ack) up to ``limit`` messages off the dead-letter queue."""
-        letters: list[DeadLetter] = []
+        return self._dead_letter_pass(limit, lambda letter: "take")[0]
+
+    def peek_dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
+        """Read up to ``limit`` dead letters and leave them in the queue."""
+        return self._dead_letter_pass(limit, lambda letter: "keep")[1]
+
+    def replay_dead_letters(self, limit: int = 1000,
+                            source: str | None = None) -> list[DeadLetter]:
+        """Publish dead letters back to the queue they came from (only those from ``source``
+        when given), as they are; returns the replayed ones. The others stay dead-lettered.
+        A replayed message was never claimed, so its handler runs; one that is still bad
+        comes back here with a fresh reason."""
+        def replay(letter: DeadLetter) -> str:
+            if not letter.queue or (source is not None and letter.queue != source):
+                return "keep"
+            self.publish_raw(letter.queue, letter.body)
+            return "take"
+
+        return self._dead_letter_pass(limit, replay)[0]
+
+    def _dead_letter_pass(self, limit: int, act: Callable[[DeadLetter], str]
+                          ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+        """Get up to ``limit`` dead letters; ``act`` says "take" (ack) or "keep" (left unacked
+        until the pass ends, then back in the queue: a basic.get would return it again).
+        Returns (letters taken, letters seen)."""
+        taken: list[DeadLetter] = []
+        seen: list[DeadLetter] = []
         with Connection(self.broker_url) as connection:
             bound = dead_letter_queue(self.dead_letter_queue_name)(connection.channel())
-            while len(letters) < limit and (message := bound.get(no_ack=False)) is not None:
-                headers = message.headers or {}
-                reason = headers.get(REASON_HEADER) or _x_death_reason(headers)
-                deaths = headers.get("x-death") or [{}]
-                source = headers.get(SOURCE_QUEUE_HEADER) or deaths[0].get("queue", "")
-                letters.append(DeadLetter(source,
-                                          message.body.decode("utf-8", "replace")
-                                          if isinstance(message.body, bytes) else message.body,
-                                          reason))
-                message.ack()
-        return letters
+            bound.declare()
+            while len(seen) < limit and (message := bound.get(no_ack=False)) is not None:
+                letter = _letter(message)
+                seen.append(letter)
+                if act(letter) == "take":
+                    message.ack()
+                    taken.append(letter)
+        return taken, seen
 
     def close(self) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
         self._connection.release()
+
+
+RETRY_POLICY = {"max_retries": None, "interval_start": 0.5, "interval_step": 1,
+                "interval_max": 5}  # publishes wait out a broker restart
+
+
+class _Either:
+    """``is_set``/``wait`` over two events: a consumer stops with its own event or the bus."""
+
+    def __init__(self, first: threading.Event, second: threading.Event) -> None:
+        self.first, self.second = first, second
+
+    def is_set(self) -> bool:
+        return self.first.is_set() or self.second.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self.is_set() and (left := end - time.monotonic()) > 0:
+            self.first.wait(min(left, 0.1))
+        return self.is_set()
+
+
+def _letter(message) -> DeadLetter:
+    headers = message.headers or {}
+    reason = headers.get(REASON_HEADER) or _x_death_reason(headers)
+    deaths = headers.get("x-death") or [{}]
+    source = headers.get(SOURCE_QUEUE_HEADER) or deaths[0].get("queue", "")
+    body = message.body.decode("utf-8", "replace") if isinstance(message.body, bytes) \
+        else message.body
+    return DeadLetter(source, body, reason)
 
 
 def _x_death_reason(headers: dict) -> str:

@@ -6,6 +6,10 @@ re-published duplicate has a new message_id but the same key; consumers dedupe o
 :func:`decode_message` parses any of them with one ``TypeAdapter`` over the discriminated
 union and raises :class:`MessageDecodeError` with a reason that goes to the dead-letter queue.
 
+Ids (every ``*_id``, keys, names, queues, a trajectory's ids) must not contain a NUL byte:
+PostgreSQL cannot store one, so such a message could never be handled; it is refused here,
+as malformed, and goes to the dead-letter queue alone instead of failing in the store.
+
 Bumping a schema: add a new model with ``schema_version: Literal[2]`` and keep decoding 1
 until no producer sends it; unknown versions are refused (not guessed).
 
@@ -27,6 +31,20 @@ def new_message_id() -> str:
     return uuid.uuid4().hex
 
 
+# Fields that are identifiers (stored as keys, used in queue names): no NUL byte allowed.
+ID_FIELDS = ("message_id", "idempotency_key", "run_id", "round_id", "query_id", "call_id",
+             "agent", "reply_to", "model", "uri", "sha256", "command")
+TRAJECTORY_ID_FIELDS = ("traj_id", "round_id", "query_id", "agent", "model")
+
+
+def _no_nul(owner: str, names: tuple[str, ...], values) -> None:
+    for name in names:
+        value = getattr(values, name, None)
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError(f"{owner}{name} contains a NUL byte (\\x00); ids must be text "
+                             "PostgreSQL can store")
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +57,10 @@ class _Message(BaseModel):
 
     @model_validator(mode="after")
     def _fill_key(self):
+        _no_nul("", ID_FIELDS, self)
+        trajectory = getattr(self, "trajectory", None)
+        if trajectory is not None:
+            _no_nul("trajectory.", TRAJECTORY_ID_FIELDS, trajectory)
         if not self.idempotency_key:
             object.__setattr__(self, "idempotency_key", f"{self.kind}:{self.default_key()}")
         return self

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, Outcome, process_payload
 from mgrpo.bus.messages import Message, WeightsAnnouncement, encode_message
 
@@ -96,6 +97,9 @@ class InMemoryBus:
                 if outcome.status == "dead_letter":
                     with self._lock:
                         self._dead.append(DeadLetter(name, body, outcome.reason or ""))
+                elif outcome.status == "retry":  # infrastructure down: again, after a pause
+                    self._stop.wait(RETRY_DELAY_S)
+                    source.put(body)
             finally:
                 source.task_done()
 
@@ -114,6 +118,11 @@ class InMemoryBus:
     def dead_letters(self) -> list[DeadLetter]:
         with self._lock:
             return list(self._dead)
+
+    def consumer_problems(self, grace_s: float = 0.0) -> list[str]:
+        """Why some consumer is not consuming (its thread died); empty when all are."""
+        return [f"consumer thread {t.name} is dead" for t in self._threads
+                if not t.is_alive() and not self._stop.is_set()]
 
     def pending(self) -> int:
         """Messages put but not yet fully handled, over every queue."""

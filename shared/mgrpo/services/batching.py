@@ -3,13 +3,20 @@
 
 On RabbitMQ (:class:`~mgrpo.bus.kombu_bus.KombuBus`) the consumer sets prefetch to
 ``batch_size``, collects what arrives within ``linger_s``, runs the batch handler, THEN acks
-every message (late acks: a worker killed mid-batch gets the whole batch redelivered). Each
-message still goes through the bus's rules: undecodable -> dead-letter queue with the reason;
-a key already claimed -> acked and skipped; keys are claimed after the handler returns.
-If the batch handler raises, every message of the batch is dead-lettered with the reason,
-EXCEPT for an infrastructure failure (:func:`redeliver_on`: the sandbox service is down):
-then the batch is requeued after ``RETRY_DELAY_S`` and redelivered; nothing is lost or
-counted as the model's fault.
+every message (late acks: a worker killed mid-batch gets the whole batch redelivered). The
+consumer reconnects by itself after a broker restart (``mgrpo.bus.consumer``); messages
+collected on the lost channel are dropped, the broker redelivers them. Each message still goes
+through the bus's rules:
+
+- undecodable (not JSON, wrong schema, a NUL byte in an id) -> dead-letter queue, alone;
+- a key already claimed -> acked and skipped; keys are claimed after the handler returns;
+- the batch handler fails for a transient reason (``mgrpo.bus.errors``: the database
+  restarting, the sandbox service down) -> the batch is requeued after ``RETRY_DELAY_S`` and
+  redelivered; nothing is lost or counted as the model's fault. The duplicate check and the
+  claims are inside the same handling (a database outage there is transient too);
+- the batch handler fails for any other reason -> each message of the batch is run ALONE,
+  so only the message(s) that fail by themselves go to the dead-letter queue (one wrong-kind
+  message never takes its batch with it).
 
 On any other bus (embedded :class:`~mgrpo.bus.InMemoryBus`) batches have size 1.
 
@@ -23,19 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from mgrpo.bus import errors
 from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
 
 log = logging.getLogger(__name__)
 
 BatchHandler = Callable[[list[Message]], None]
-RETRY_DELAY_S = 2.0  # between redeliveries while a service is down: no hot loop
-
-
-def redeliver_on() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "our infrastructure failed", not "this message is bad"."""
-    from mgrpo.sandbox.client import SandboxUnavailable
-
-    return (SandboxUnavailable,)
+RETRY_DELAY_S = errors.RETRY_DELAY_S  # between redeliveries while a service is down
 
 
 def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
@@ -48,41 +49,16 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
     if not isinstance(bus, KombuBus):
         bus.consume(queue, lambda message: handler([message]), consumer=consumer)
         return None
-    stop = stop or threading.Event()
-    ready = threading.Event()
-    thread = threading.Thread(target=_kombu_loop, name=f"batch-{queue}", daemon=True,
-                              args=(bus, queue, handler, consumer, batch_size, linger_s,
-                                    stop, ready))
-    thread.start()
-    if not ready.wait(timeout=30):
-        raise TimeoutError(f"batch consumer on {queue!r} did not start within 30 s; is "
-                           f"RabbitMQ reachable at {bus.broker_url}?")
-    return thread
-
-
-def _kombu_loop(bus, queue_name: str, handler: BatchHandler, consumer: str, batch_size: int,
-                linger_s: float, stop: threading.Event, ready: threading.Event) -> None:
-    from kombu import Connection, Consumer
-
-    queue = bus.work_queue(queue_name)
-    bus.declare_queue(queue)
     pending: list = []
-    with Connection(bus.broker_url) as connection:
-        channel = connection.channel()
-        channel.basic_qos(prefetch_size=0, prefetch_count=batch_size, a_global=False)
-        with Consumer(channel, queues=[queue], on_message=pending.append, no_ack=False,
-                      accept=["json"], prefetch_count=batch_size):
-            ready.set()
-            while not stop.is_set() and not getattr(bus, "_stop", threading.Event()).is_set():
-                try:
-                    connection.drain_events(timeout=linger_s if pending else 0.5)
-                    if len(pending) < batch_size:
-                        continue
-                except TimeoutError:
-                    if not pending:
-                        continue
-                batch, pending[:] = list(pending), []
-                _run_batch(bus, queue_name, batch, handler, consumer)
+
+    def after_drain(timed_out: bool) -> None:
+        if len(pending) >= batch_size or (timed_out and pending):
+            batch, pending[:] = list(pending), []
+            _run_batch(bus, queue, batch, handler, consumer)
+
+    return bus.serve(bus.work_queue(queue), consumer, pending.append, prefetch=batch_size,
+                     timeout_s=lambda: linger_s if pending else 0.5,
+                     after_drain=after_drain, on_disconnect=pending.clear, stop=stop)
 
 
 def _run_batch(bus, queue_name: str, raw: list, handler: BatchHandler, consumer: str) -> None:
@@ -95,29 +71,45 @@ def _run_batch(bus, queue_name: str, raw: list, handler: BatchHandler, consumer:
             bus.dead_letter(queue_name, message.body, f"undecodable message: {error.reason}")
             message.ack()
             continue
-        key = f"{consumer}|{decoded.idempotency_key}"
-        if dedupe is not None and dedupe.message_seen(key):
-            message.ack()
-            continue
-        todo.append((message, decoded, key))
+        todo.append((message, decoded, f"{consumer}|{decoded.idempotency_key}"))
     if todo:
-        try:
-            handler([decoded for _, decoded, _ in todo])
-        except redeliver_on() as error:  # not the messages' fault: try them again later
-            log.warning("batch handler %s: %s; requeueing %d messages in %.0f s", consumer,
-                        error, len(todo), RETRY_DELAY_S)
+        _handle(bus, queue_name, todo, handler, consumer, dedupe)
+
+
+def _handle(bus, queue_name: str, todo: list, handler: BatchHandler, consumer: str,
+            dedupe) -> None:
+    """Duplicate check, handler, claims, acks of decoded messages, sorted by failure kind."""
+    try:
+        fresh = []
+        for message, decoded, key in todo:
+            if dedupe is not None and dedupe.message_seen(key):
+                message.ack()
+            else:
+                fresh.append((message, decoded, key))
+        if fresh:
+            handler([decoded for _, decoded, _ in fresh])
+            for message, _, key in fresh:
+                if dedupe is not None:
+                    dedupe.claim_message(key, consumer)
+                message.ack()
+    except Exception as error:  # sorted: retry, split the batch, or dead-letter one message
+        if errors.is_transient(error):  # not the messages' fault: try them again later
+            log.warning("batch handler %s: %s: %s; requeueing %d messages in %.0f s",
+                        consumer, type(error).__name__, error, len(todo), RETRY_DELAY_S)
             time.sleep(RETRY_DELAY_S)
             for message, _, _ in todo:
-                message.requeue()
+                if not message.acknowledged:
+                    message.requeue()
             return
-        except Exception as error:  # the reason goes to the DLQ; the worker lives on
-            log.exception("batch handler %s failed on %d messages", consumer, len(todo))
-            reason = f"handler {consumer} failed: {type(error).__name__}: {error}"
-            for message, _, _ in todo:
-                bus.dead_letter(queue_name, message.body, reason)
-                message.ack()
+        if len(todo) > 1:  # find the bad one(s): each message alone
+            log.warning("batch handler %s failed on %d messages (%s: %s); running each alone",
+                        consumer, len(todo), type(error).__name__, error)
+            for item in todo:
+                if not item[0].acknowledged:
+                    _handle(bus, queue_name, [item], handler, consumer, dedupe)
             return
-        for message, _, key in todo:
-            if dedupe is not None:
-                dedupe.claim_message(key, consumer)
-            message.ack()
+        message, decoded, _ = todo[0]
+        log.exception("batch handler %s failed on %s", consumer, decoded.idempotency_key)
+        bus.dead_letter(queue_name, message.body,
+                        f"handler {consumer} failed: {type(error).__name__}: {error}")
+        message.ack()

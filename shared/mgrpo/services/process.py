@@ -23,14 +23,20 @@ def setup_logging(settings: Settings, service: str) -> None:
 
 
 def serve_until_signal(settings: Settings, service: str, gauges: dict[str, Callable[[], float]],
-                       stop: Callable[[], None] | None = None) -> None:
-    """Serve /healthz and /metrics on ``settings.health_port``; block until SIGTERM/SIGINT."""
+                       stop: Callable[[], None] | None = None, bus=None) -> None:
+    """Serve /healthz, /readyz and /metrics on ``settings.health_port``; block until
+    SIGTERM/SIGINT. ``bus``: its consumers decide health (``mgrpo.services.health``): one not
+    consuming for ``settings.consumer_grace_s`` makes /healthz 503; /readyz is 503 at once."""
     registry = CollectorRegistry()
     for name, read in gauges.items():
         Gauge(name, name.replace("_", " "), registry=registry).set_function(read)
     stopped = threading.Event()
-    server = serve_health(settings.health_port, registry, alive=lambda: not stopped.is_set(),
-                          info=lambda: {"service": service})
+    check = getattr(bus, "consumer_problems", None)
+    server = serve_health(
+        settings.health_port, registry, alive=lambda: not stopped.is_set(),
+        info=lambda: {"service": service},
+        problems=(lambda: check(settings.consumer_grace_s)) if check else None,
+        not_ready=(lambda: check(0.0)) if check else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
     logging.getLogger(service).info("%s ready; health on :%d", service,

@@ -1,0 +1,124 @@
+"""One RabbitMQ consumer that outlives its connection: connect, declare, consume, and on ANY
+connection failure (broker restart, ``rabbitmqctl stop_app``, a reset socket, a missed
+heartbeat) reconnect with a capped backoff and consume again, until told to stop.
+
+Why a loop of our own and not ``kombu.mixins.ConsumerMixin``: the batch consumer must run its
+batch between ``drain_events`` calls and drop the messages of a dead channel (the broker
+redelivers them), so it needs the same hooks here as the one-message consumer.
+
+After a reconnect the queue is declared again (``Consumer`` declares on consume), so an
+auto-delete reply queue that died with the old connection comes back. Messages that were
+unacked on the dead connection are redelivered by the broker; their idempotency keys make the
+redelivery an ack-only duplicate when the handler had finished (``mgrpo.bus.handler``).
+
+:class:`ConsumerState` is what health checks read: consuming or not, since when, and why not.
+
+What this module does NOT do: decide what happens to a message (``on_message`` does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kombu import Connection, Consumer, Queue
+
+log = logging.getLogger(__name__)
+
+RECONNECT_MAX_DELAY_S = 5.0
+# AMQP heartbeat of consumer connections: a silently dead broker (a partition, not a restart:
+# a restart closes the socket and is noticed at once) is noticed within ~2 intervals. Heartbeats
+# are sent between drains only, so a handler that runs longer than that loses the connection and
+# its messages are redelivered (an ack-only duplicate once claimed): keep it well above a batch.
+HEARTBEAT_S = 120
+
+
+@dataclass
+class ConsumerState:
+    """Health of one consumer: ``consuming`` is True only while its channel consumes."""
+
+    name: str
+    queue: str
+    consuming: bool = False
+    since: float = field(default_factory=time.monotonic)  # of the current state
+    last_error: str | None = None
+    reconnects: int = 0
+    thread: threading.Thread | None = None
+    stopped: bool = False  # told to stop: no longer a health problem
+
+    def up(self) -> None:
+        if not self.consuming:
+            self.consuming, self.since = True, time.monotonic()
+
+    def down(self, error: BaseException | str) -> None:
+        self.last_error = error if isinstance(error, str) else \
+            f"{type(error).__name__}: {error}"
+        if self.consuming:
+            self.consuming, self.since = False, time.monotonic()
+
+    def problem(self, grace_s: float = 0.0, stopping: bool = False) -> str | None:
+        """Why this consumer is unhealthy (None: it is fine). ``grace_s``: how long it may be
+        reconnecting before that counts."""
+        if stopping or self.stopped:
+            return None
+        if self.thread is not None and not self.thread.is_alive():
+            return f"consumer {self.name} on {self.queue}: thread is dead ({self.last_error})"
+        down_s = time.monotonic() - self.since
+        if not self.consuming and down_s >= grace_s:
+            return (f"consumer {self.name} on {self.queue}: not consuming for {down_s:.0f} s "
+                    f"({self.last_error or 'connecting'})")
+        return None
+
+
+def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: ConsumerState,
+                on_message: Callable, stop: threading.Event, ready: threading.Event,
+                timeout_s: Callable[[], float] = lambda: 0.2,
+                after_drain: Callable[[bool], None] | None = None,
+                on_disconnect: Callable[[], None] | None = None,
+                heartbeat_s: float = HEARTBEAT_S) -> None:
+    """Consume ``queue`` until ``stop``; reconnects forever on connection errors.
+
+    ``after_drain(timed_out)`` runs after every drain (the batch consumer flushes there);
+    ``on_disconnect`` runs when a connection is lost (drop messages of the dead channel).
+    """
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            with Connection(broker_url, heartbeat=heartbeat_s) as connection:
+                connection.connect()
+                channel = connection.channel()
+                channel.basic_qos(prefetch_size=0, prefetch_count=prefetch, a_global=False)
+                # on_message gets the raw body (kombu does not deserialize it): the handler
+                # decodes it as JSON itself, so nothing is ever unpickled.
+                with Consumer(channel, queues=[queue], on_message=on_message, no_ack=False,
+                              accept=["json"], prefetch_count=prefetch):
+                    state.up()
+                    ready.set()
+                    delay = 0.2
+                    if state.reconnects:
+                        log.info("consumer %s: consuming %s again", state.name, queue.name)
+                    while not stop.is_set():
+                        timed_out = False
+                        try:
+                            connection.drain_events(timeout=timeout_s())
+                        except TimeoutError:
+                            timed_out = True
+                        connection.heartbeat_check()
+                        if after_drain is not None:
+                            after_drain(timed_out)
+        except Exception as error:  # noqa: BLE001 - connection errors of every transport
+            if stop.is_set():
+                break
+            state.down(error)
+            state.reconnects += 1
+            if on_disconnect is not None:
+                on_disconnect()
+            log.warning("consumer %s on %s lost its connection (%s: %s); reconnecting in "
+                        "%.1f s", state.name, queue.name, type(error).__name__, error, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, RECONNECT_MAX_DELAY_S)
+    state.down("stopped")
+    state.stopped = True

@@ -1,0 +1,45 @@
+"""Transient failures versus bad messages: what a consumer does with a handler's exception.
+
+- transient (:func:`is_transient`): our infrastructure failed, not the message: the database
+  restarted or is unreachable (``mgrpo.store.errors``), the broker connection dropped, the
+  sandbox service is down. The message is requeued after a pause and handled again later;
+  its idempotency key is not claimed, so the retry runs the handler.
+- anything else: the message cannot be handled (wrong kind, wrong model, unknown query): it goes
+  to the dead-letter queue with the reason, alone.
+
+The explicit cause chain (``raise ... from``) is searched, so a wrapped database error still
+counts as transient; an implicit context is not (an error raised WHILE handling a database
+error is its own error).
+
+What this module does NOT do: sleep, requeue or publish (the consumers do).
+"""
+
+from __future__ import annotations
+
+RETRY_DELAY_S = 2.0  # pause before a requeued message comes back: no hot loop during an outage
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    import amqp.exceptions
+    import kombu.exceptions
+
+    from mgrpo.sandbox.client import SandboxUnavailable
+
+    return (ConnectionError, TimeoutError, kombu.exceptions.OperationalError,
+            amqp.exceptions.RecoverableConnectionError, amqp.exceptions.ConnectionForced,
+            SandboxUnavailable)
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when ``error`` (or an exception it was raised from) is an infrastructure failure."""
+    from mgrpo.store.errors import is_transient_db_error
+
+    types = _transient_types()
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, types) or is_transient_db_error(current):
+            return True
+        current = current.__cause__
+    return False

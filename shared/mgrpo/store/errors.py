@@ -1,0 +1,29 @@
+"""Which store errors are the database's fault (transient) and which are the data's.
+
+A restart of PostgreSQL, a dropped connection or a full connection pool says nothing about the
+message being handled: the work must be retried, never dead-lettered. A constraint violation or
+a value PostgreSQL refuses (a NUL byte in a text column) would fail again on every retry: those
+are the message's fault.
+
+What this module does NOT do: retry anything (the bus decides; ``mgrpo.bus.errors``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import exc as sa_exc
+
+
+def is_transient_db_error(error: BaseException) -> bool:
+    """True when ``error`` means "the database is (momentarily) unreachable or restarting"."""
+    if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
+        return True
+    # OperationalError: connection refused/reset, server shutting down, admin termination,
+    # too many clients; InterfaceError: the connection is closed; pool timeout: all busy.
+    if isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError
+                  | sa_exc.DisconnectionError | sa_exc.TimeoutError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency of distributed mode
+        return False
+    return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)

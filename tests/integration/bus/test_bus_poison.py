@@ -1,0 +1,117 @@
+"""Poison messages on the real RabbitMQ and PostgreSQL: a wrong-kind message in a batch goes to
+the dead-letter queue ALONE (its 8 valid neighbours are handled); a trajectory whose traj_id
+holds a NUL byte is refused as malformed before the duplicate check touches the database, and
+the consumer goes on consuming; ``dlq list``/``replay`` put a dead letter back to work."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from kombu import Connection
+
+from mgrpo.bus.kombu_bus import KombuBus
+from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage, encode_message
+from mgrpo.services.batching import consume_batches
+from mgrpo.store import Store
+from mgrpo.store.admin import temporary_database
+from mgrpo.types import Trajectory
+
+
+def wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def delete_queues(url: str, *names: str) -> None:
+    with Connection(url) as connection:
+        channel = connection.channel()
+        for name in names:
+            try:
+                channel.queue_delete(name)
+            except Exception:  # noqa: BLE001 - already gone
+                channel = connection.channel()
+
+
+def test_one_wrong_kind_message_does_not_take_its_batch(rabbitmq_url, unique_name):
+    queue, dlq = f"{unique_name}.planner.episodes", f"{unique_name}.dlq"
+    bus = KombuBus(rabbitmq_url, dead_letter_queue_name=dlq)
+    handled: list[str] = []
+    lock = threading.Lock()
+
+    def handler(messages) -> None:  # what the planner worker does with a wrong kind
+        for message in messages:
+            if not isinstance(message, EpisodeTask):
+                raise TypeError(f"planner.episodes takes episode_task messages, got "
+                                f"{message.kind!r}")
+        with lock:
+            handled.extend(m.query_id for m in messages)
+
+    stop = threading.Event()
+    try:
+        # the wrong kind first, then 8 valid tasks: all 9 arrive in one batch of 16
+        bus.publish(queue, RoundCommand(command="train", run_id="r", round_id="x"))
+        for i in range(8):
+            bus.publish(queue, EpisodeTask(run_id="r", round_id="x", query_id=f"q{i}",
+                                           rollout=0))
+        consume_batches(bus, queue, handler, consumer="planner-worker", batch_size=16,
+                        linger_s=0.5, stop=stop)
+        assert wait_for(lambda: len(handled) == 8), handled
+        letters: list = []
+        assert wait_for(lambda: letters.extend(bus.dead_letters()) or len(letters) >= 1)
+        time.sleep(0.5)
+        letters += bus.dead_letters()
+        assert sorted(handled) == [f"q{i}" for i in range(8)]
+        assert len(letters) == 1
+        assert json.loads(letters[0].body)["kind"] == "round_command"
+        assert "TypeError" in letters[0].reason and letters[0].queue == queue
+    finally:
+        stop.set()
+        bus.close()
+        delete_queues(rabbitmq_url, queue, dlq)
+
+
+def test_nul_byte_in_traj_id_is_malformed_and_the_consumer_lives(postgres_url, rabbitmq_url,
+                                                                unique_name):
+    queue, dlq = f"{unique_name}.trainer.planner", f"{unique_name}.dlq"
+    with temporary_database(postgres_url) as url:
+        store = Store(url)
+        store.upgrade()
+        bus = KombuBus(rabbitmq_url, store, dead_letter_queue_name=dlq)
+        try:
+            bus.consume(queue, lambda m: store.ingest_trajectory(m.trajectory),
+                        consumer="trainer-planner")
+            good = Trajectory(traj_id="r/q/0/planner/0", round_id="r", query_id="q",
+                              rollout=0, agent="planner", model="planner", input_ids=[1, 2],
+                              response_mask=[0, 1], old_logprobs=[0.0, -0.5])
+            wire = encode_message(TrajectoryMessage(trajectory=good))
+            wire["trajectory"]["traj_id"] = "r/q/0/plan\x00ner/0"
+            wire["idempotency_key"] = "trajectory:r/q/0/plan\x00ner/0/0"
+            bus.publish_raw(queue, json.dumps(wire))
+            bus.publish(queue, TrajectoryMessage(trajectory=good))
+            assert wait_for(lambda: store.count_trajectories("r") == 1), \
+                f"the valid trajectory after the NUL one was never stored; " \
+                f"consumers: {bus.consumer_problems()}"
+            letters: list = []
+            assert wait_for(lambda: letters.extend(bus.dead_letters()) or len(letters) >= 1)
+            assert len(letters) == 1 and "NUL byte" in letters[0].reason, letters
+            assert letters[0].reason.startswith("undecodable message")
+            assert bus.consumer_problems() == []
+
+            # replay: a dead letter goes back to its queue (and, still bad, comes back)
+            bus.publish_raw(queue, letters[0].body)
+            assert wait_for(lambda: len(bus.peek_dead_letters()) == 1)
+            assert len(bus.peek_dead_letters()) == 1  # peeking leaves it there
+            replayed = bus.replay_dead_letters(source=queue)
+            assert [r.queue for r in replayed] == [queue]
+            assert wait_for(lambda: len(bus.peek_dead_letters()) == 1)  # refused again
+            assert store.count_trajectories("r") == 1
+        finally:
+            bus.close()
+            store.close()
+            delete_queues(rabbitmq_url, queue, dlq)
