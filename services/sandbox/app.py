@@ -3,7 +3,8 @@
 All isolation lives in :class:`mgrpo.sandbox.local.LocalSandbox`; the queue in
 :class:`mgrpo.sandbox.service.ConcurrencyGate`. This file only maps HTTP to them: 422 for a
 bad body (FastAPI's validation, each error with its ``msg``) or a ``memory_mb`` above the
-service's ``max_memory_mb``, 429 when the queue is full.
+service's ``max_memory_mb``, 429 with ``Retry-After`` when the queue is full, 413 for a body
+over ``max_body_bytes`` (before it is read).
 It has no authentication: run it on a private network only (see docs/sandbox.md).
 """
 
@@ -23,6 +24,8 @@ from prometheus_client import (
 from mgrpo.sandbox.local import LimitExceeded, LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest, ExecResult
+from mgrpo.services.body_limit import BodySizeLimit
+from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
 
 
@@ -43,11 +46,14 @@ def create_app(settings: SandboxServiceSettings | None = None,
     Gauge("sandbox_queued", "Calls waiting", registry=registry).set_function(
         lambda: gate.waiting)
 
-    app = FastAPI(title="mgrpo tool sandbox", version="1")
+    app = FastAPI(title="mgrpo tool sandbox", version="1", docs_url=None, redoc_url=None)
     app.state.gate, app.state.sandbox = gate, sandbox
     app.router.on_shutdown.append(gate.close)
 
     install_error_handlers(app)  # 422 with a message, input never echoed
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
+                       setting="MGRPO_SANDBOX_MAX_BODY_BYTES")
+    install_offline_docs(app, "mgrpo tool sandbox")
 
     @app.post("/v1/execute", response_model=ExecResult)
     async def execute(request: ExecRequest):
@@ -55,7 +61,8 @@ def create_app(settings: SandboxServiceSettings | None = None,
             result = await gate.run(sandbox.execute, request)
         except QueueFull as err:
             rejected.inc()
-            return JSONResponse(status_code=429, content={"detail": str(err)})
+            return JSONResponse(status_code=429, content={"detail": str(err)},
+                                headers={"Retry-After": str(err.retry_after_s)})
         except LimitExceeded as err:
             return JSONResponse(status_code=422, content={"detail": str(err), "message": str(err)})
         calls.labels(result.status).inc()
@@ -63,7 +70,7 @@ def create_app(settings: SandboxServiceSettings | None = None,
         return result
 
     @app.get("/healthz")
-    def healthz() -> dict:
+    async def healthz() -> dict:  # on the event loop: never waits for a busy thread
         return {"status": "ok", "isolation": sandbox.mode, "running": gate.running,
                 "queued": gate.waiting}
 

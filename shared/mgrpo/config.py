@@ -49,6 +49,15 @@ class Settings(BaseSettings):
         "torch", description="Inference engine of the agent workers: torch (TorchEngine), or "
         "'package.module:factory' with factory(model_path, device) -> (model, tokenizer, "
         "engine) for a custom engine (a remote server, a scripted test policy).")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest request body the REST API accepts; a larger "
+        "one gets 413 before it is read and before the token is checked.")
+    max_queries_in_flight: int = Field(
+        16, ge=1, le=4096, description="POST /v1/queries admitted at once (playing + "
+        "waiting); the next one gets 429 with Retry-After.")
+    query_batch_size: int = Field(
+        8, ge=1, le=256, description="Waiting queries played together as one batched run "
+        "of the planner.")
     queue_prefix: str = Field(
         "", description="Prefix of every work queue name (e.g. 'staging.'): several "
         "deployments (or tests) can share one RabbitMQ. Empty in production.")

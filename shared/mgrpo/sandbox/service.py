@@ -31,10 +31,17 @@ class SandboxServiceSettings(BaseSettings):
     max_processes: int = Field(16, ge=1, description="See SandboxLimits.")
     max_memory_mb: int = Field(1024, ge=16, le=8192, description="See SandboxLimits: a "
                                "larger memory_mb is refused with 422.")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body "
+                                "accepted (code is <= 10,000,000 characters); larger -> 413 "
+                                "before the body is read.")
 
 
 class QueueFull(RuntimeError):
-    """Every slot is busy and the queue is full."""
+    """Every slot is busy and the queue is full. ``retry_after_s``: a hint for the client."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ConcurrencyGate:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 
@@ -66,6 +68,7 @@ def test_full_queue_is_429_with_a_message():
         after = httpx.post(f"{url}/v1/execute", json={"code": "print(1)"})
     assert resp.status_code == 429
     assert "max_queue=0" in resp.json()["detail"]
+    assert int(resp.headers["Retry-After"]) >= 1
     assert after.json()["stdout"] == "1\n"
 
 
@@ -73,3 +76,39 @@ def test_client_says_where_it_looked_when_the_service_is_down():
     url = f"http://127.0.0.1:{free_port()}"
     with SandboxClient(url) as client, pytest.raises(SandboxUnavailable, match=url):
         client.execute(ExecRequest(code="print(1)"))
+
+
+def _status_of_raw_request(url: str, head: bytes, chunks=()) -> tuple[int, int]:
+    """Send a request head and body chunks on a raw socket, stopping as soon as the server
+    answers; (status, body bytes sent)."""
+    host, port = url.removeprefix("http://").split(":")
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head)
+        for chunk in chunks:
+            if select.select([sock], [], [], 0.01)[0]:
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break
+            sent += len(chunk)
+        reply = sock.recv(4096)
+    return int(reply.split(b" ", 2)[1]), sent
+
+
+def test_a_huge_body_is_413_before_it_is_read():
+    app = create_app(SandboxServiceSettings(max_body_bytes=1 << 20))
+    with running_server(app) as url:
+        declared = _status_of_raw_request(url, b"POST /v1/execute HTTP/1.1\r\nHost: x\r\n"
+                                          b"Content-Type: application/json\r\n"
+                                          b"Content-Length: 300000000\r\n\r\n")
+        piece = b"x" * 65536
+        chunks = [b"%x\r\n%s\r\n" % (len(piece), piece)] * 160  # 10 MB
+        streamed = _status_of_raw_request(url, b"POST /v1/execute HTTP/1.1\r\nHost: x\r\n"
+                                          b"Content-Type: application/json\r\n"
+                                          b"Transfer-Encoding: chunked\r\n\r\n", chunks)
+        small = httpx.post(f"{url}/v1/execute", json={"code": "print(1)"})
+    assert declared == (413, 0)  # answered without waiting for a single body byte
+    assert streamed[0] == 413 and streamed[1] < len(chunks) * len(chunks[0]) // 4
+    assert small.json()["stdout"] == "1\n"

@@ -8,7 +8,13 @@ the real tiny model from the same folder.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -68,6 +74,84 @@ def scripted_engine(path: str, device: str):
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     return None, tokenizer, ScriptedPolicy(tokenizer)
+
+
+PLANNER_GATE = threading.Event()  # cleared: the planner's turns wait (a slow model)
+PLANNER_GATE.set()
+PLANNER_BATCHES: list[int] = []  # rows of each planner generate call
+
+
+class GatedPolicy(ScriptedPolicy):
+    """The scripted policy, but the planner's turns wait for ``PLANNER_GATE`` (at most 60 s):
+    a model slow enough that queries pile up, for backpressure tests."""
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        first = self.tokenizer.decode(requests[0].prompt_ids, skip_special_tokens=False)
+        if "<|planner|>" in first:
+            PLANNER_BATCHES.append(len(requests))
+            PLANNER_GATE.wait(timeout=60)
+        return super().generate(requests)
+
+
+def gated_engine(path: str, device: str):
+    """``MGRPO_ENGINE=services_testkit:gated_engine``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return None, tokenizer, GatedPolicy(tokenizer)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(app) -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on a free port (in a thread); yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(400):
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def raw_http(url: str, head: str, body_chunks=(), timeout: float = 10.0) -> tuple[int, int]:
+    """Send a hand-written request head (and optional body chunks) on a raw socket and read
+    the status line. Returns (status, body bytes actually sent): a server that answers
+    before reading the body lets us stop sending early."""
+    host, port = url.removeprefix("http://").split(":")
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(head.encode("latin-1"))
+        for chunk in body_chunks:
+            if select.select([sock], [], [], 0.01)[0]:  # the server answered: stop sending
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:  # the server closed the connection
+                break
+            sent += len(chunk)
+        reply = b""
+        while b"\r\n" not in reply:
+            data = sock.recv(4096)
+            if not data:
+                break
+            reply += data
+    return int(reply.split(b" ", 2)[1]), sent
 
 
 def make_tiny(folder: Path) -> Path:

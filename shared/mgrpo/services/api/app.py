@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from mgrpo.config import Settings
 from mgrpo.services.api.deps import ApiState
 from mgrpo.services.api.routes import evaluations, health, queries, registry, rounds
+from mgrpo.services.body_limit import BodySizeLimit
+from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
 
 
@@ -30,7 +32,7 @@ def build_state(settings: Settings) -> ApiState:
 
 def create_app(state: ApiState | None = None, settings: Settings | None = None) -> FastAPI:
     state = state or build_state(settings or Settings())
-    app = FastAPI(title="mgrpo planner API", version="1",
+    app = FastAPI(title="mgrpo planner API", version="1", docs_url=None, redoc_url=None,
                   description="Queries through the planner and its tool sub-agents; M-GRPO "
                   "training rounds; evaluations; the agent registry and checkpoints. Mutating "
                   "endpoints need 'Authorization: Bearer <MGRPO_API_TOKEN>'.")
@@ -40,6 +42,12 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
                        ["route", "status"], registry=metrics_registry)
     seconds = Histogram("mgrpo_api_request_seconds", "Request duration", ["route"],
                         registry=metrics_registry)
+
+    # A too-large body is refused before it is read and before the token check. Added before
+    # the counter below, so it sits inside it: BaseHTTPMiddleware would turn the 413 raised
+    # from a streamed body into a 400.
+    app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes,
+                       setting="MGRPO_MAX_BODY_BYTES")
 
     @app.middleware("http")
     async def count(request: Request, call_next):
@@ -54,7 +62,9 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
 
     for module in (health, queries, rounds, evaluations, registry):
         app.include_router(module.router)
+    install_offline_docs(app, "mgrpo planner API")
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)
+    app.router.on_shutdown.append(lambda: state.batcher.close() if state.batcher else None)
     return app
 
 

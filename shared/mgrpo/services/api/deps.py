@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues
@@ -31,6 +32,8 @@ class ApiState:
     bus: Any
     planner: Any = None  # PlannerRuntime, built lazily
     bench: Any = None
+    batcher: Any = None  # QueryBatcher, built on the first query
+    evaluating: bool = False  # one evaluation at a time (event loop only)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -46,6 +49,17 @@ class ApiState:
                                                     self.bus, reply_suffix=new_reply_suffix())
             return self.planner
 
+    def query_batcher(self):
+        """The queries' admission gate and model thread (see ``query_batcher``)."""
+        with self._lock:
+            if self.batcher is None:
+                from mgrpo.services.api.query_batcher import QueryBatcher
+
+                self.batcher = QueryBatcher(
+                    lambda jobs, greedy: self.planner_runtime().play(jobs, greedy=greedy),
+                    self.settings.max_queries_in_flight, self.settings.query_batch_size)
+            return self.batcher
+
     def benchmark(self):
         with self._lock:
             if self.bench is None:
@@ -59,8 +73,14 @@ def get_state(request: Request) -> ApiState:
     return request.app.state.api
 
 
+# A security scheme (not a plain header parameter) so /docs has an Authorize button.
+bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
+                    description="The value of MGRPO_API_TOKEN on the planner service.")
+
+
 def require_token(state: Annotated[ApiState, Depends(get_state)],
-                  authorization: Annotated[str | None, Header()] = None) -> None:
+                  credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                         Depends(bearer)] = None) -> None:
     expected = state.settings.api_token
     if not expected:
         if state.settings.mode == "distributed":
@@ -68,11 +88,13 @@ def require_token(state: Annotated[ApiState, Depends(get_state)],
                                 "set on the planner service; set it and send "
                                 "'Authorization: Bearer <token>'")
         return
-    if not authorization or not authorization.lower().startswith("bearer "):
+    if credentials is None:  # no header, or not "Bearer <token>"
         raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' "
                             "(the value of MGRPO_API_TOKEN)",
                             headers={"WWW-Authenticate": "Bearer"})
-    if not hmac.compare_digest(authorization[7:].strip(), expected):
+    # bytes, not str: compare_digest refuses non-ASCII str, and a header can hold any latin-1
+    if not hmac.compare_digest(credentials.credentials.encode("utf-8", "surrogateescape"),
+                               expected.encode("utf-8", "surrogateescape")):
         raise HTTPException(403, "the bearer token does not match MGRPO_API_TOKEN")
 
 

@@ -3,19 +3,64 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from mgrpo.validation import StrictModel
+
+NAME_MAX = 80
+ID_MAX = 100
+MAX_AGE_S = 10 * 365 * 24 * 3600  # 10 years: beyond that a date overflows, and means nothing
+
+
+def _name_of(kind: str, max_length: int):
+    """A validator for names (run, round, model): a name, never a path or free text."""
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+    def check(value: str) -> str:
+        if not value or len(value) > max_length or not value[0].isascii() \
+                or not value[0].isalnum() or not set(value) <= allowed:
+            raise ValueError(f"a {kind} is a name of 1-{max_length} characters: letters, "
+                             "digits, '_', '.', '-', starting with a letter or digit (not a "
+                             "path, no spaces or control characters)")
+        return value
+    return AfterValidator(check)
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+RunId = Annotated[str, _name_of("run id", NAME_MAX)]
+RoundId = Annotated[str, _name_of("round id", ID_MAX)]
+ModelName = Annotated[str, _name_of("model name", NAME_MAX)]
+Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 class _In(StrictModel):
     """Request bodies refuse unknown fields, naming the nearest valid one."""
 
 
+class ErrorOut(BaseModel):
+    detail: str = Field(description="What went wrong and what to do about it.")
+
+
+def errors(*codes: int) -> dict:
+    """OpenAPI ``responses`` for the refusals a route can give (every code it can return is
+    documented: the schemathesis test checks it)."""
+    why = {401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
+           403: "Wrong token, or mutating endpoints disabled (no token configured)",
+           404: "No such round", 409: "A round of this run is still in progress",
+           413: "Request body larger than MGRPO_MAX_BODY_BYTES",
+           429: "Too many requests in flight; retry after Retry-After seconds"}
+    return {code: {"model": ErrorOut, "description": why[code]} for code in codes}
+
+
 class QueryIn(_In):
-    question: str = Field(min_length=1, max_length=4000, description="The question to answer.")
+    question: Text = Field(min_length=1, max_length=4000, description="The question to answer.")
     greedy: bool = Field(True, description="Greedy decoding (else sampled, T from the config).")
 
 
@@ -29,9 +74,10 @@ class QueryOut(BaseModel):
 
 
 class RoundIn(_In):
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$",
-                               description="Run to add the round to (default: config name).")
-    queries_per_round: int | None = Field(None, ge=1, le=4096, description="B (default: config).")
+    run_id: RunId | None = Field(None, description="Run to add the round to (default: "
+                                 "config name).")
+    queries_per_round: int | None = Field(None, ge=1, le=4096, description="B (default: "
+                                          "config); at most the training pool's size.")
     k: int | None = Field(None, ge=2, le=64, description="Rollouts per query (default: config).")
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 
 from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.services.api.deps import Authorized, State
-from mgrpo.services.api.schemas import EvaluationIn, EvaluationOut
+from mgrpo.services.api.schemas import EvaluationIn, EvaluationOut, errors
 from mgrpo.training.episodes import EpisodeJob, mix_seed
 from mgrpo.training.scoring import score_episode
 
@@ -28,6 +28,14 @@ def evaluate(state, body: EvaluationIn) -> EvaluationOut:
                          weights_version=planner.runtime.engine.version)
 
 
-@router.post("", response_model=EvaluationOut, summary="Evaluate the current weights")
+@router.post("", response_model=EvaluationOut, summary="Evaluate the current weights",
+             responses=errors(401, 403, 413, 429))
 async def post_evaluation(body: EvaluationIn, state: State, _: Authorized) -> EvaluationOut:
-    return await run_in_threadpool(evaluate, state, body)
+    if state.evaluating:  # one at a time: each holds the planner for its whole length
+        raise HTTPException(429, "an evaluation is already running; retry when it is done",
+                            headers={"Retry-After": "10"})
+    state.evaluating = True
+    try:
+        return await run_in_threadpool(evaluate, state, body)
+    finally:
+        state.evaluating = False

@@ -13,11 +13,12 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", summary="Liveness")
-def healthz() -> dict:
+async def healthz() -> dict:  # async: answered on the event loop, never queued for a thread
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the store and the broker answer")
+@router.get("/readyz", summary="Readiness: the store and the broker answer",
+            responses={503: {"description": "The store or the broker does not answer"}})
 def readyz(state: State) -> JSONResponse:
     checks: dict[str, str] = {}
     try:

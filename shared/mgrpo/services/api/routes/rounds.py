@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
 from mgrpo.services.api.deps import Authorized, State
-from mgrpo.services.api.schemas import RoundIn, RoundOut
+from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
 from mgrpo.services.rounds import RoundConflict, cancel_round, round_summary, start_round
 
 router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
@@ -24,15 +26,22 @@ def _start(state, body: RoundIn) -> RoundOut:
     overrides = {k: v for k, v in {"queries_per_round": body.queries_per_round,
                                    "k": body.k}.items() if v is not None}
     cfg = state.cfg.model_copy(update=overrides)
+    bench = state.benchmark()
+    stage = cfg.stages[0].stage if cfg.stages else None
+    pool = len(bench.questions("train", stage=stage))
+    if cfg.queries_per_round > pool:
+        raise HTTPException(422, f"queries_per_round={cfg.queries_per_round} is larger than the "
+                            f"training pool ({pool} questions in {cfg.bench_dir!r}, split "
+                            f"train); ask for at most {pool}")
     try:
         record = start_round(state.store, state.bus, cfg, state.queues, run_id=body.run_id,
-                             bench=state.benchmark())
+                             bench=bench)
     except RoundConflict as error:
         raise HTTPException(409, str(error)) from error
     return _summary(state, record.round_id)
 
 
-@router.post("", response_model=RoundOut, status_code=201,
+@router.post("", response_model=RoundOut, status_code=201, responses=errors(401, 403, 409, 413),
              summary="Start a training round: B queries x K rollouts enqueued")
 async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
     return await run_in_threadpool(_start, state, body)
@@ -41,20 +50,23 @@ async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
 @router.get("", response_model=list[RoundOut],
             summary="List rounds (newest last); progress, published models and metrics "
                     "only on GET /v1/rounds/{round_id}")
-def list_rounds(state: State, run_id: str | None = None) -> list[RoundOut]:
+def list_rounds(state: State, run_id: Annotated[RunId | None, Query()] = None
+                ) -> list[RoundOut]:
     return [RoundOut(**r.model_dump(exclude={"config"}),
                      trained_models=r.config.get("trained_models", []))
             for r in state.store.list_rounds(run_id)]
 
 
-@router.get("/{round_id}", response_model=RoundOut,
+@router.get("/{round_id}", response_model=RoundOut, responses=errors(404),
             summary="One round: progress, published models, metrics")
-def get_round(round_id: str, state: State) -> RoundOut:
+def get_round(round_id: Annotated[RoundId, Path()], state: State) -> RoundOut:
     return _summary(state, round_id)
 
 
-@router.post("/{round_id}/cancel", response_model=RoundOut, summary="Cancel a round")
-def post_cancel(round_id: str, state: State, _: Authorized) -> RoundOut:
+@router.post("/{round_id}/cancel", response_model=RoundOut, summary="Cancel a round",
+             responses=errors(401, 403, 404))
+def post_cancel(round_id: Annotated[RoundId, Path()], state: State, _: Authorized
+                ) -> RoundOut:
     if cancel_round(state.store, round_id) is None:
         raise HTTPException(404, f"round {round_id!r} does not exist; list rounds with "
                             "GET /v1/rounds")

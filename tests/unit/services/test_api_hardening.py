@@ -1,0 +1,154 @@
+"""Hostile input, request size limits and backpressure at the planner's REST API (issue 16
+items 6-8), over a real uvicorn on a free port, with the real store and in-process sub-agent
+workers. The planner is the scripted policy with a gate (``gated_engine``): closed, its
+turns wait, so queries can be held in flight while we probe the service."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import services_testkit as kit
+from services_testkit import make_bench, make_tiny, raw_http, running_server, write_run_config
+
+from mgrpo.bus import InMemoryBus
+from mgrpo.config import Settings
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.deps import ApiState
+from mgrpo.services.context import load_service_config, open_store
+from mgrpo.services.subagent_worker import SubagentWorker
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+IN_FLIGHT = 3
+BODY_LIMIT = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hardening")
+    cfg_path = write_run_config(root / "run.yaml", make_tiny(root / "tiny"),
+                                make_bench(root / "bench"), k=2, queries=2)
+    settings = Settings(mode="distributed", database_url=f"sqlite:///{root}/store.db",
+                        run_config=str(cfg_path), api_token=TOKEN,
+                        engine="services_testkit:gated_engine",
+                        max_queries_in_flight=IN_FLIGHT, max_body_bytes=BODY_LIMIT)
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = InMemoryBus(store)
+    for name, tool in (("searcher", "search"), ("coder", "python")):
+        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    state = ApiState(settings, cfg, store, bus)
+    with running_server(create_app(state)) as url:
+        yield url, state
+
+
+@pytest.mark.parametrize("params", [
+    {"alive_within_s": "1e11"}, {"alive_within_s": "inf"}, {"alive_within_s": "nan"},
+    {"alive_within_s": "-1"}, {"alive_within_s": "1e400"},
+])
+def test_non_finite_and_huge_ages_are_422(api, params):
+    response = httpx.get(f"{api[0]}/v1/agents", params=params)
+    assert response.status_code == 422, response.text
+    assert "alive_within_s" in response.json()["message"]
+
+
+@pytest.mark.parametrize("path, params, field", [
+    ("/v1/rounds", {"run_id": "a\x00b"}, "run_id"),
+    ("/v1/rounds", {"run_id": "r" * 200}, "run_id"),
+    ("/v1/rounds", {"run_id": "../other"}, "run_id"),
+    ("/v1/rounds/a%00b", {}, "round_id"),
+    ("/v1/rounds/" + "r" * 300, {}, "round_id"),
+    ("/v1/checkpoints", {"model": "a\x00"}, "model"),
+    ("/v1/checkpoints", {"model": "../planner"}, "model"),
+    ("/v1/checkpoints", {"model": "/etc/passwd"}, "model"),
+    ("/v1/checkpoints", {"model": "runs/models/planner"}, "model"),
+])
+def test_nul_long_and_path_like_names_are_422(api, path, params, field):
+    response = httpx.get(f"{api[0]}{path}", params=params)
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert field in message and "not a path" in message
+
+
+def test_nul_in_bodies_is_422(api):
+    url = api[0]
+    response = httpx.post(f"{url}/v1/queries", json={"question": "who\x00"}, headers=AUTH)
+    assert response.status_code == 422 and "NUL" in response.json()["message"]
+    response = httpx.post(f"{url}/v1/rounds", json={"run_id": "x\x00"}, headers=AUTH)
+    assert response.status_code == 422 and "run_id" in response.json()["message"]
+    assert httpx.post(f"{url}/v1/rounds/a%00b/cancel", headers=AUTH).status_code == 422
+
+
+def test_a_non_ascii_token_is_403_not_500(api):
+    response = httpx.post(f"{api[0]}/v1/rounds", json={},
+                          headers={"Authorization": "Bearer s\u00e9cret".encode("latin-1")})
+    assert response.status_code == 403
+
+
+def test_a_round_larger_than_the_training_pool_is_refused(api):
+    url, state = api
+    pool = len(state.benchmark().questions("train", stage=state.cfg.stages[0].stage))
+    response = httpx.post(f"{url}/v1/rounds", json={"run_id": "too-big",
+                                                    "queries_per_round": pool + 1},
+                          headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert f"training pool ({pool} questions" in response.json()["detail"]
+    assert httpx.get(f"{url}/v1/rounds", params={"run_id": "too-big"}).json() == []
+
+
+def test_a_declared_huge_body_is_413_before_it_is_sent_or_the_token_checked(api):
+    head = ("POST /v1/queries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: 300000000\r\n\r\n")
+    status, sent = raw_http(api[0], head)  # no body at all: the server must not wait for it
+    assert (status, sent) == (413, 0)
+
+
+def test_a_streamed_huge_body_is_cut_off_at_the_limit(api):
+    head = ("POST /v1/queries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"x" * 16384
+    chunks = [b"%x\r\n%s\r\n" % (len(piece), piece)] * 640  # 10 MB, no token
+    status, sent = raw_http(api[0], head, chunks)
+    assert status == 413
+    assert sent < len(chunks) * len(chunks[0]) // 4, "the server read the whole body first"
+
+
+def test_a_body_under_the_limit_still_reaches_auth(api):
+    response = httpx.post(f"{api[0]}/v1/queries", json={"question": "x" * 1000})
+    assert response.status_code == 401
+
+
+def test_queries_beyond_the_limit_get_429_while_health_and_reads_answer(api):
+    url, state = api
+    kit.PLANNER_BATCHES.clear()
+    kit.PLANNER_GATE.clear()
+    try:
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            held = [pool.submit(httpx.post, f"{url}/v1/queries", headers=AUTH, timeout=120,
+                                json={"question": f"What is the population of Velmora {i}?"})
+                    for i in range(IN_FLIGHT)]
+            for _ in range(600):
+                if state.batcher is not None and state.batcher.in_flight == IN_FLIGHT:
+                    break
+                kit.time.sleep(0.05)
+            assert state.batcher.in_flight == IN_FLIGHT
+            assert httpx.get(f"{url}/healthz", timeout=30).json() == {"status": "ok"}
+            assert httpx.get(f"{url}/v1/rounds", timeout=30).status_code == 200
+            refused = httpx.post(f"{url}/v1/queries", json={"question": "one more"},
+                                 headers=AUTH, timeout=30)
+            kit.PLANNER_GATE.set()
+            answered = [f.result() for f in held]
+    finally:
+        kit.PLANNER_GATE.set()
+    assert refused.status_code == 429
+    assert f"max_in_flight={IN_FLIGHT}" in refused.json()["detail"]
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert [r.status_code for r in answered] == [200] * IN_FLIGHT
+    assert all(r.json()["answer"] for r in answered)
+    # played together, not one after the other: some planner turn had several rows
+    assert max(kit.PLANNER_BATCHES) >= 2
+    assert state.batcher.in_flight == 0
+    assert math.isfinite(state.batcher.last_batch_s)
