@@ -226,12 +226,19 @@ class TrainerService:
         return uri
 
     def judge(self, cfg: RunConfig):
-        if self._judge is None:
+        """The round's r_expert judges (``training.judging``), rebuilt only when the round's
+        ``judges``/``bench_dir`` differ from the last round's. An llm judge on this trainer's
+        own model uses its engine (current weights); any other model is loaded here."""
+        key = (cfg.bench_dir, repr(cfg.judges))
+        if self._judge is None or self._judge[0] != key:
             from mgrpo.envs import load_benchmark
-            from mgrpo.envs.rewards import RuleExpertJudge
+            from mgrpo.training.judging import build_expert_judges
 
-            self._judge = RuleExpertJudge(load_benchmark(cfg.bench_dir))
-        return self._judge
+            lm = self.lm
+            engines = {lm.name: (lm.engine, lm.tokenizer)} if lm is not None else {}
+            self._judge = (key, build_expert_judges(cfg, load_benchmark(cfg.bench_dir),
+                                                    engines, device=self.settings.device))
+        return self._judge[1]
 
 
 def _sha256(uri: str) -> str:

@@ -79,6 +79,26 @@ class StageConfig(StrictModel):
     filter_samples: int = Field(4, ge=1, description="Rollouts per query for the filter.")
 
 
+class JudgeConfig(StrictModel):
+    """How r_expert of one sub-agent role is judged (paper Eq. 5; ``mgrpo.envs.judges``).
+    rule: ground truth from the benchmark (0, counted as ``{role}/expert_no_truth``, when a
+    task has none). llm: a model asked yes/no from ``prompt`` (replies that are neither are
+    0, counted as ``{role}/judge_parse_failures``)."""
+
+    kind: Literal["rule", "llm"] = "rule"
+    model: str | None = Field(
+        None, description="llm: the entry under `models:` that serves the judge: one of the "
+        "agents' models (its current weights) or a separate entry no agent uses (frozen).")
+    url: str | None = Field(
+        None, description="llm: an OpenAI-compatible completions server (vllm serve, mgrpo "
+        "serve engine) that serves `model`; the tokenizer is read from models.<model>.path. "
+        "None: the model runs in the trainer's process.")
+    prompt: str | None = Field(
+        None, description="llm: prompt file with {task}, {result} (and optionally {role}); "
+        "None = mgrpo/envs/prompts/llm_expert_judge.txt.")
+    max_new_tokens: int = Field(4, ge=1)
+
+
 class RunConfig(StrictModel):
     name: str = "run"
     seed: int = 0
@@ -102,6 +122,9 @@ class RunConfig(StrictModel):
         default_factory=dict, description="Per-tool keyword config, e.g. {search: {k: 1}}: "
         "the warm-start demonstrations must have been written with the same settings.")
     rewards: RewardWeights = Field(default_factory=RewardWeights)
+    judges: dict[str, JudgeConfig] = Field(
+        default_factory=dict, description="Sub-agent role -> its r_expert judge "
+        "({kind: rule} or {kind: llm, model: ...}); roles not listed use the rule judge.")
     loss: LossConfig = Field(default_factory=LossConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig()])
@@ -123,6 +146,17 @@ class RunConfig(StrictModel):
                              f"(have {sorted(self.models)}); add them under `models:`.")
         if "planner" not in self.agents:
             raise ValueError("`agents` must map the role `planner` to a model.")
+        for role, judge in self.judges.items():
+            if role == "planner" or role not in self.agents:
+                raise ValueError(f"judges.{role}: not a sub-agent role of `agents` "
+                                 f"({sorted(r for r in self.agents if r != 'planner')}); "
+                                 "r_expert is judged per sub-agent")
+            if judge.kind == "llm" and judge.model not in self.models:
+                raise ValueError(f"judges.{role}: kind llm needs `model:` naming an entry of "
+                                 f"`models` (have {sorted(self.models)}), got {judge.model!r}")
+            if judge.kind == "rule" and (judge.model or judge.url or judge.prompt):
+                raise ValueError(f"judges.{role}: kind rule takes no model/url/prompt; "
+                                 "set kind: llm to use a model")
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self

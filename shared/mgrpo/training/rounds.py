@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 
@@ -28,6 +29,8 @@ from mgrpo.training.scoring import (
 )
 from mgrpo.training.update import policy_update
 from mgrpo.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 def sample_questions(pool: list, n: int, seed: int, round_index: int) -> list:
@@ -68,6 +71,23 @@ def observed_d(store, run_id: str, roles: list[str]) -> dict[str, list[int]]:
     return {r: store.d_counts(r, run_id=run_id) for r in roles if r != "planner"}
 
 
+def judge_metrics(role: str, counts: dict[str, int]) -> dict[str, float]:
+    """r_expert verdicts that were not real judgements, as metrics, with a warning: a task
+    without ground truth under the rule judge, an LLM judge reply that was neither yes nor
+    no. Both score 0; neither may pass unnoticed."""
+    judged = sum(counts.values())
+    no_truth, failed = counts.get("no_truth", 0), counts.get("parse_failure", 0)
+    if no_truth:
+        log.warning("r_expert: %d of %d %s results have no ground truth for the rule judge "
+                    "and scored 0; judge them with `judges: {%s: {kind: llm, model: ...}}` "
+                    "or set rewards.subagent b3=0", no_truth, judged, role, role)
+    if failed:
+        log.warning("r_expert: the LLM judge of %s answered neither yes nor no for %d of %d "
+                    "results (scored 0)", role, failed, judged)
+    return {f"{role}/expert_judged": float(judged), f"{role}/expert_no_truth": float(no_truth),
+            f"{role}/judge_parse_failures": float(failed)}
+
+
 def train_model(lm, roles: list[str], trajs: list[Trajectory],
                 outcomes: dict[tuple[str, int], PlannerOutcome], cfg: RunConfig, judge,
                 d_observed: dict[str, list[int]], round_index: int
@@ -84,7 +104,10 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
         if role == "planner":
             role_samples, role_stats = planner_samples(role_trajs, outcomes, cfg)
         else:
-            rewards = subagent_rewards(role_trajs, outcomes, judge, cfg.rewards.subagent)
+            counts: dict[str, int] = {}
+            rewards = subagent_rewards(role_trajs, outcomes, judge, cfg.rewards.subagent,
+                                       counts=counts)
+            metrics.update(judge_metrics(role, counts))
             d = choose_d(cfg, d_observed.get(role, []))
             metrics[f"{role}/d"] = float(d)
             role_samples, role_stats = subagent_samples(

@@ -19,6 +19,7 @@ from mgrpo.algo import (
     subagent_advantages,
     subagent_reward,
 )
+from mgrpo.envs.judges import Verdict
 from mgrpo.store.records import DCount
 from mgrpo.store.records import PlannerOutcomeIn as PlannerOutcome
 from mgrpo.training.config import RunConfig
@@ -52,15 +53,41 @@ def score_episode(answer: str | None, format_ok: bool, gold: str, verifier,
     return correct, reward
 
 
+def expert_verdicts(trajs: list[Trajectory], judge) -> list[Verdict]:
+    """r_expert of each trajectory, batched per role when the judge has ``verdicts`` (an LLM
+    judge generates all of a role's prompts in one call); a judge with only ``judge()`` gives
+    plain ``ok`` verdicts."""
+    batched = getattr(judge, "verdicts", None)
+    if batched is None:
+        return [Verdict(float(judge.judge(t.agent, t.subtask or "", t.result or "")))
+                for t in trajs]
+    out: list[Verdict | None] = [None] * len(trajs)
+    for agent in dict.fromkeys(t.agent for t in trajs):
+        idx = [i for i, t in enumerate(trajs) if t.agent == agent]
+        found = batched(agent, [(trajs[i].subtask or "", trajs[i].result or "") for i in idx])
+        for i, verdict in zip(idx, found, strict=True):
+            out[i] = verdict
+    return out  # type: ignore[return-value]
+
+
 def subagent_rewards(trajs: list[Trajectory], outcomes: dict[tuple[str, int], PlannerOutcome],
-                     judge, weights: tuple[float, float, float]) -> list[float]:
+                     judge, weights: tuple[float, float, float],
+                     counts: dict[str, int] | None = None) -> list[float]:
     """R_S for each sub-agent invocation (Eq. 5): r_correct_main comes from the planner's
-    outcome of the rollout that made the call (read from the store by the caller)."""
+    outcome of the rollout that made the call (read from the store by the caller). r_expert
+    is judged only for format-valid invocations; ``counts`` (if given) receives how many
+    verdicts had each status (``ok``, ``no_truth``, ``parse_failure``)."""
+    valid = [t for t in trajs if t.format_ok]
+    verdicts = iter(expert_verdicts(valid, judge))
     rewards = []
     for traj in trajs:
         main = outcomes[(traj.query_id, traj.rollout)].correct
-        expert = float(judge.judge(traj.agent, traj.subtask or "", traj.result or "")
-                       if traj.format_ok else 0.0)
+        expert = 0.0
+        if traj.format_ok:
+            verdict = next(verdicts)
+            expert = float(verdict.score)
+            if counts is not None:
+                counts[verdict.status] = counts.get(verdict.status, 0) + 1
         rewards.append(float(subagent_reward(traj.format_ok, main, expert, weights)))
     return rewards
 

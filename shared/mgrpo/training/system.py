@@ -15,10 +15,11 @@ import torch
 
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
-from mgrpo.envs.rewards import ExactMatchVerifier, RuleExpertJudge
+from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
+from mgrpo.training.judging import build_expert_judges
 from mgrpo.training.subagents import LocalSubagentPool
 
 # How the planner describes the built-in roles; a user role is described by its name unless
@@ -108,8 +109,10 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
                                       tokenizer=lm.tokenizer, tool=tools.get(role),
                                       description=ROLE_DESCRIPTIONS.get(role, role))
+    judge = build_expert_judges(cfg, bench, {name: (lm.engine, lm.tokenizer)
+                                             for name, lm in models.items()}, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
-                  verifier=ExactMatchVerifier(), judge=RuleExpertJudge(bench))
+                  verifier=ExactMatchVerifier(), judge=judge)
 
 
 def out_path(cfg: RunConfig, *parts: str) -> Path:

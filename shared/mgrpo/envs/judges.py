@@ -1,0 +1,134 @@
+"""r_expert judges (paper Eq. 5): how well a sub-agent did the task it was given, in [0, 1].
+
+Every judge answers ``judge(agent, task, result) -> float`` and, batched,
+``verdicts(agent, [(task, result), ...]) -> [Verdict]``. A :class:`Verdict` says whether the
+score is a real judgement (``ok``) or a 0 that stands for "could not judge": ``no_truth`` (the
+rule judge has no ground truth for the task, e.g. user data without subtasks) or
+``parse_failure`` (the LLM judge's reply was neither yes nor no). Trainers count both as
+metrics (``{role}/expert_no_truth``, ``{role}/judge_parse_failures``), so r_expert is never
+silently 0.
+
+- :class:`RuleVerdicts` wraps ``RuleExpertJudge`` (ground truth from the benchmark).
+- :class:`LLMExpertJudge`: any engine (``mgrpo.engines``: in-process torch, vLLM, a remote
+  OpenAI-compatible server) asked a yes/no question from a prompt file, greedy.
+- :class:`ExpertJudges`: the run's judges, one per sub-agent role (run config ``judges:``),
+  the rule judge for roles not listed.
+
+What this module does not do: load models or engines (``mgrpo.training.judging`` builds the
+judges from the run config), or weight r_expert into R_S (``mgrpo.algo.rewards``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mgrpo.envs.rewards import RuleExpertJudge, exact_match
+
+DEFAULT_EXPERT_PROMPT = Path(__file__).parent / "prompts" / "llm_expert_judge.txt"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    score: float
+    status: Literal["ok", "no_truth", "parse_failure"] = "ok"
+
+
+def parse_yes_no(text: str) -> float | None:
+    """1.0 for a reply whose first word is yes, 0.0 for no, None for anything else."""
+    words = text.strip().lower().split()
+    first = words[0].strip(".,:;!\"'") if words else ""
+    return {"yes": 1.0, "no": 0.0}.get(first)
+
+
+class RuleVerdicts:
+    """:class:`RuleExpertJudge` with verdicts: a task without ground truth is ``no_truth``."""
+
+    def __init__(self, rule: RuleExpertJudge):
+        self.rule = rule
+
+    def truth(self, agent: str, task: str) -> str | None:
+        return self.rule.truth(agent, task)
+
+    def judge(self, agent: str, task: str, result: str | None) -> float:
+        return self.rule.judge(agent, task, result)
+
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
+        out = []
+        for task, result in items:
+            truth = self.rule.truth(agent, task or "")
+            out.append(Verdict(0.0, "no_truth") if truth is None
+                       else Verdict(exact_match(result, truth)))
+        return out
+
+
+class LLMExpertJudge:
+    """Ask ``engine`` whether ``result`` completes ``task``; yes -> 1.0, no -> 0.0, any other
+    reply -> 0.0 counted as a parse failure (``parse_failures``, and the verdict's status).
+
+    ``prompt_path``: a text file with the placeholders ``{task}`` and ``{result}`` (and
+    optionally ``{role}``). ``tokenizer`` (``encode(text) -> ids``) defaults to
+    ``engine.tokenizer``. Greedy, at most ``max_new_tokens`` tokens.
+    """
+
+    def __init__(self, engine: Any, prompt_path: str | Path = DEFAULT_EXPERT_PROMPT,
+                 tokenizer: Any = None, max_new_tokens: int = 4):
+        self.engine = engine
+        self.template = Path(prompt_path).read_text(encoding="utf-8")
+        for field in ("{task}", "{result}"):
+            if field not in self.template:
+                raise ValueError(f"expert judge prompt {str(prompt_path)!r} lacks the "
+                                 f"placeholder {field}; it needs {{task}} and {{result}} "
+                                 "(and may use {role})")
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError("LLMExpertJudge needs a tokenizer: pass tokenizer=... or use an "
+                             "engine with a .tokenizer attribute")
+        self.max_new_tokens = max_new_tokens
+        self.parse_failures = 0
+
+    def prompt(self, agent: str, task: str, result: str | None) -> str:
+        return self.template.format(role=agent, task=task or "", result=result or "")
+
+    def judge(self, agent: str, task: str, result: str | None) -> float:
+        return self.verdicts(agent, [(task, result)])[0].score
+
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
+        from mgrpo.engines.base import GenerationRequest, SamplingParams
+
+        if not items:
+            return []
+        params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
+        requests = [GenerationRequest(list(self.tokenizer.encode(
+            self.prompt(agent, task, result), add_special_tokens=False)), params)
+            for task, result in items]
+        out = []
+        for completion in self.engine.generate(requests):
+            score = parse_yes_no(completion.text)
+            if score is None:
+                self.parse_failures += 1
+                out.append(Verdict(0.0, "parse_failure"))
+            else:
+                out.append(Verdict(score))
+        return out
+
+
+class ExpertJudges:
+    """One judge per sub-agent role; roles without one use ``default`` (the rule judge).
+    ``truth`` is always the rule judge's (AT-GRPO's r_team needs ground truth)."""
+
+    def __init__(self, default: RuleVerdicts, by_role: dict[str, Any] | None = None):
+        self.default, self.by_role = default, dict(by_role or {})
+
+    def for_role(self, agent: str) -> Any:
+        return self.by_role.get(agent, self.default)
+
+    def truth(self, agent: str, task: str) -> str | None:
+        return self.default.truth(agent, task)
+
+    def judge(self, agent: str, task: str, result: str | None) -> float:
+        return self.for_role(agent).judge(agent, task, result)
+
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
+        return self.for_role(agent).verdicts(agent, items)

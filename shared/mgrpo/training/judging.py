@@ -1,0 +1,61 @@
+"""Build the run's r_expert judges (``mgrpo.envs.judges``) from the run config's ``judges:``.
+
+One builder for both modes: embedded mode passes the engines of every model it has loaded,
+a trainer service passes its own model's engine. An llm judge uses, in this order: the server
+at ``url`` (any OpenAI-compatible completions server, e.g. vLLM), an engine already loaded in
+this process for ``model`` (an agent's model: its current weights, shared with sampling), or
+``models.<model>.path`` loaded here, frozen, with a torch engine. Several roles judged by the
+same model share one engine.
+
+What this module does not do: score (``mgrpo.training.scoring``) or update judge weights.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mgrpo.envs.judges import DEFAULT_EXPERT_PROMPT, ExpertJudges, LLMExpertJudge, RuleVerdicts
+from mgrpo.envs.rewards import RuleExpertJudge
+from mgrpo.training.config import JudgeConfig, RunConfig
+
+log = logging.getLogger(__name__)
+
+
+def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[Any, Any]],
+                  device: str) -> tuple[Any, Any]:
+    path = cfg.models[judge.model].path
+    if judge.url:
+        from transformers import AutoTokenizer
+
+        from mgrpo.engines.remote import RemoteEngine
+
+        return (RemoteEngine(judge.url, model=judge.model),
+                AutoTokenizer.from_pretrained(path, local_files_only=True))
+    if judge.model in engines:
+        return engines[judge.model]
+    from mgrpo.engines.torch_engine import TorchEngine
+    from mgrpo.models import load_model
+
+    model, tokenizer = load_model(path, device=device)
+    log.info("r_expert judge: loaded model %r from %s in this process (frozen)", judge.model,
+             path)
+    return TorchEngine(model, tokenizer, device=device), tokenizer
+
+
+def build_expert_judges(cfg: RunConfig, bench: Any,
+                        engines: dict[str, tuple[Any, Any]] | None = None,
+                        device: str = "cpu") -> ExpertJudges:
+    """``engines``: model name -> (engine, tokenizer) already loaded in this process."""
+    loaded: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
+    by_role: dict[str, LLMExpertJudge] = {}
+    for role, judge in cfg.judges.items():
+        if judge.kind != "llm":
+            continue
+        key = (judge.model, judge.url)
+        if key not in loaded:
+            loaded[key] = _judge_engine(cfg, judge, engines or {}, device)
+        engine, tokenizer = loaded[key]
+        by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
+                                       tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens)
+    return ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
