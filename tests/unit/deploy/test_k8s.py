@@ -161,8 +161,10 @@ def test_a_kind_without_a_schema_is_an_error():
     ("Secret", "mgrpo-secrets", {"op": "remove", "path": "/stringData/MGRPO_BROKER_URL"},
      "needs MGRPO_BROKER_URL"),
     ("StatefulSet", "postgres", {"op": "replace", "path":
-                                 f"{CONTAINER}/env/3/valueFrom/secretKeyRef/key",
-                                 "value": "PASSWORD"}, "postgres-credentials/PASSWORD"),
+                                 "/spec/template/spec/volumes/0/secret/secretName",
+                                 "value": "postgres-creds"}, "Secret 'postgres-creds'"),
+    ("ConfigMap", "mgrpo-config", {"op": "remove", "path": "/data/MGRPO_SECRETS_DIR"},
+     "needs MGRPO_DATABASE_URL"),
     ("Deployment", "trainer-planner", {"op": "replace", "path": "/spec/template/spec/volumes/0/"
                                        "persistentVolumeClaim/claimName", "value": "ckpt"},
      "PVC 'ckpt'"),
