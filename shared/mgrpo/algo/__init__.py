@@ -5,6 +5,7 @@
 - ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
 - ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
 - ``loss``: token-level clipped policy loss, KL estimators, the one aggregation function
+- ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
 
 No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
 """
@@ -43,9 +44,14 @@ from mgrpo.algo.rewards import (
     planner_reward,
     subagent_reward,
 )
+from mgrpo.algo.rollout_correction import (
+    ROLLOUT_IS_LEVELS,
+    rollout_is_weights,
+    rollout_mismatch,
+)
 
 __all__ = [
-    "AGG_MODES", "KL_ESTIMATORS", "PLANNER_WEIGHTS", "SUBAGENT_WEIGHTS",
+    "AGG_MODES", "KL_ESTIMATORS", "PLANNER_WEIGHTS", "ROLLOUT_IS_LEVELS", "SUBAGENT_WEIGHTS",
     "AlignedAdvantages", "AlignedSlots", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
     "SubagentRollouts",
     "advantages_from_stats", "aggregate_loss", "align_batch", "align_subagents",
@@ -53,5 +59,6 @@ __all__ = [
     "dynamic_sampling_mask", "estimator_names", "get_estimator", "greedy_choice",
     "group_advantages", "group_stats", "grpo_advantages", "kl_divergence", "mgrpo_advantages",
     "mix_turn_reward", "planner_advantages", "planner_reward", "policy_loss",
-    "register_estimator", "subagent_advantages", "subagent_reward",
+    "register_estimator", "rollout_is_weights", "rollout_mismatch", "subagent_advantages",
+    "subagent_reward",
 ]

@@ -4,7 +4,9 @@ Per generated token (b, t):
 
     rho   = exp(logprobs - old_logprobs)
     l_pg  = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))      # PPO clip, DAPO eps
-    l     = l_pg + kl_coef * kl(logprobs, ref_logprobs)                   # k1 / k2 / k3
+    l     = w * l_pg + kl_coef * kl(logprobs, ref_logprobs)               # k1 / k2 / k3
+
+(``w``: optional truncated importance weights pi_old / pi_rollout, default 1.)
 
 then ONE function, :func:`aggregate_loss`, reduces the (B, T) matrix to a scalar:
 
@@ -149,7 +151,7 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
                 agg: AggMode = "token-mean", ref_logprobs: Tensor | None = None,
                 kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3",
                 entropy: Tensor | None = None, norm_length: int | None = None,
-                ) -> tuple[Tensor, dict[str, float]]:
+                is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss of GRPO/M-GRPO at token level (Eq. 14-19; DAPO clip-higher).
 
     ``l = max(-A*rho, -A*clip(rho, 1-eps_low, 1+eps_high)) + kl_coef * kl``, aggregated by
@@ -166,6 +168,9 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
         kl_coef: weight of the KL term (default 0: no KL). kl_estimator: "k1", "k2" or "k3".
         entropy: (B, T) per-token entropy, optional; reported as a metric only.
         norm_length: constant L for seq-mean-token-sum-norm.
+        is_weights: (B, T) constant per-token weights on the policy-gradient term (truncated
+            importance sampling pi_old / pi_rollout, :mod:`mgrpo.algo.rollout_correction`);
+            ``None`` = 1. The KL term is not weighted.
 
     Returns:
         (loss scalar, metrics): loss, pg_loss, clipfrac_low, clipfrac_high, clipfrac,
@@ -180,6 +185,11 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
     log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), zeros)
     rho = torch.exp(log_ratio)
     pg_mat = torch.maximum(-adv * rho, -adv * torch.clamp(rho, 1 - eps_low, 1 + eps_high))
+    if is_weights is not None:
+        if is_weights.shape != logprobs.shape:
+            raise ValueError(f"is_weights {tuple(is_weights.shape)} must be (B, T) = "
+                             f"{tuple(logprobs.shape)}")
+        pg_mat = pg_mat * torch.where(mask, is_weights.detach().to(pg_mat.dtype), zeros)
     pg_loss = aggregate_loss(pg_mat, mask, agg, norm_length=norm_length)
     loss = pg_loss
     metrics = _metrics(log_ratio.detach(), adv, mask, eps_low, eps_high)

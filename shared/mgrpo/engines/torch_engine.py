@@ -13,10 +13,11 @@ The hot path of training: thousands of short multi-turn generations. Per call to
    ``max_new_tokens`` (finish_reason "length"). Finished rows are dropped from the cache
    (``batch_select_indices``) so the batch shrinks; the loop exits when no row is left.
 
-Logprobs: ``log_softmax`` of the RAW logits (temperature 1, before top-k/top-p) at the chosen
-token, i.e. the quantity a teacher-forced pass computes (``mgrpo.models.logprobs``) and the
-PPO ratio needs. They are NOT the probabilities of the tempered/truncated sampling
-distribution.
+Logprobs: ``log_softmax(logits / T)`` at the chosen token, T the row's sampling temperature
+(T = 1 for greedy rows), before top-k/top-p: the quantity a teacher-forced pass at the same
+temperature computes (``mgrpo.models.logprobs.token_logprobs(..., temperature=T)``), which is
+what the trainer trains. They are NOT renormalised over a top-k/top-p set (the run config
+refuses those for training, see ``mgrpo.training.config.SamplingConfig``).
 
 Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request).
 
@@ -158,7 +159,11 @@ class TorchEngine:
             logits = out.logits[:, -1].float()  # (B, V)
             tokens = sample_next(logits, [r.request.params for r in live],
                                  [r.generator for r in live])
-            logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+            temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0
+                                  for p in (r.request.params for r in live)],
+                                 device=logits.device)[:, None]
+            scaled = logits / temps
+            logp = scaled.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
             for row, tok, lp in zip(live, tokens.tolist(), logp.tolist(), strict=True):
                 self._record(row, tok, lp)
             keep = [i for i, r in enumerate(live) if r.finish_reason is None]

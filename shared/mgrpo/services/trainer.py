@@ -11,6 +11,10 @@ its part of each round, train with the library, checkpoint, publish, announce.
   r_correct_main from the store's planner outcomes), then an atomic checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, THEN the group statistics (the
   "published" marker the round waits for), then the weights announcement.
+- Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
+  config, a missing reference model, a bug) is marked ``failed`` with the reason (type and
+  message, shown by ``GET /v1/rounds/{id}``) and logged; the trainer moves on instead of
+  retrying it forever. Errors before training (store unreachable) are retried.
 - Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
   records, weights AND optimizer state (Adam moments, saved next to each checkpoint by
   :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest). If that checkpoint
@@ -40,6 +44,7 @@ from mgrpo.training.loop import publish_stats
 from mgrpo.training.rounds import observed_d, train_model
 
 log = logging.getLogger(__name__)
+ROUND_ATTEMPTS = 3  # tries of one round's training before it is marked failed
 
 
 @dataclass
@@ -52,6 +57,7 @@ class TrainedModel:
     engine: object
     optimizer: torch.optim.Optimizer | None
     version: int = 0
+    ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
 
 
 def roles_of(cfg: RunConfig, model: str) -> list[str]:
@@ -98,6 +104,7 @@ class TrainerService:
         self._stop = threading.Event()
         self.lm: TrainedModel | None = None
         self._judge = None
+        self._failures: dict[str, int] = {}  # round_id -> consecutive training errors
 
     def load(self) -> None:
         model, tokenizer, engine = load_engine(self.cfg.models[self.model_name].path,
@@ -165,9 +172,27 @@ class TrainerService:
         for record in self.pending_rounds():
             if not round_ready(self.store, record.round_id, self.model_name, self.roles):
                 break  # rounds train in order
-            self.train_round(record)
+            try:
+                self.train_round(record)
+            except Exception as error:  # noqa: BLE001 - counted, then the round fails
+                self._round_failed(record, error)
+                break
+            self._failures.pop(record.round_id, None)
             done += 1
         return done
+
+    def _round_failed(self, record, error: Exception) -> None:
+        """Count a training error; at :data:`ROUND_ATTEMPTS` mark the round failed."""
+        tries = self._failures.get(record.round_id, 0) + 1
+        self._failures[record.round_id] = tries
+        log.error("trainer %s: round %s failed to train (try %d/%d)", self.model_name,
+                  record.round_id, tries, ROUND_ATTEMPTS, exc_info=error)
+        if tries >= ROUND_ATTEMPTS:
+            reason = (f"trainer {self.model_name}: {type(error).__name__}: {error}")[:2000]
+            self.store.set_round_status(record.round_id, "failed", error=reason)
+            self._failures.pop(record.round_id, None)
+            log.error("trainer %s: round %s marked failed after %d tries: %s",
+                      self.model_name, record.round_id, tries, reason)
 
     def train_round(self, record) -> dict[str, float]:
         store, lm, round_id = self.store, self.lm, record.round_id

@@ -34,8 +34,13 @@ class LossConfig(StrictModel):
     eps_low: float = Field(0.2, gt=0)
     eps_high: float = Field(0.28, gt=0)
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    kl_coef: float = Field(0.0, ge=0, description="KL to the frozen warm-start model; 0 = off.")
+    kl_coef: float = Field(0.0, ge=0, description="KL to a frozen reference model (each "
+                           "model's `ref_path`, default its starting `path`); 0 = off.")
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    rollout_is: Literal["none", "token", "sequence"] = Field(
+        "none", description="Truncated importance sampling pi_old / pi_rollout on the policy "
+        "loss (verl's rollout correction): per token, per sequence, or off.")
+    rollout_is_threshold: float = Field(2.0, ge=1.0, description="Cap C of the IS weights.")
     scale: Literal["std", "none"] = Field(
         "std", description="std: GRPO advantage (r-mu)/(sigma+eps). none: Dr. GRPO, r-mu.")
     dynamic_sampling: bool = Field(
@@ -57,15 +62,32 @@ class ModelConfig(StrictModel):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per round (one epoch).")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward.")
     trainable: bool = Field(True, description="False freezes it (main-only ablation).")
+    ref_path: str | None = Field(
+        None, description="KL reference (loss.kl_coef > 0): a local HF folder or checkpoint "
+        "version folder; default `path`, i.e. the starting weights.")
 
 
 class SamplingConfig(StrictModel):
-    temperature: float = 1.0
+    """How training rollouts are sampled. The trainer trains ``softmax(logits / temperature)``,
+    the distribution the engine samples from; top-p / top-k truncation is refused because
+    the trainer cannot put the tokens outside the kept set back (no correction exists)."""
+
+    temperature: float = Field(1.0, gt=0, description="> 0; greedy is for evaluation only.")
     top_p: float = 1.0
     top_k: int = 0
     planner_max_turns: int = 5
     subagent_max_turns: int = 3
     max_new_tokens: int = 32  # per turn
+
+    @model_validator(mode="after")
+    def _untruncated(self) -> SamplingConfig:
+        if self.top_p != 1.0 or self.top_k != 0:
+            raise ValueError(
+                f"sampling.top_p={self.top_p}, top_k={self.top_k}: training samples must come "
+                "from the full softmax at `temperature` (the distribution the trainer trains); "
+                "top-p/top-k sampling drops tokens no importance weight can restore. Set "
+                "top_p: 1.0 and top_k: 0 (use temperature to sharpen).")
+        return self
 
 
 class StageConfig(StrictModel):

@@ -18,6 +18,7 @@ import torch
 from mgrpo.algo import auto_d
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
+from mgrpo.training.reference import reference_for
 from mgrpo.training.scoring import (
     GroupStat,
     PlannerOutcome,
@@ -27,7 +28,7 @@ from mgrpo.training.scoring import (
     subagent_rewards,
     subagent_samples,
 )
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import policy_update, qualify
 from mgrpo.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
         generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
         update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
                                pad_id=lm.tokenizer.pad_token_id, generator=generator,
-                               norm_length=cfg.loss_norm_length())
-        metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
+                               norm_length=cfg.loss_norm_length(),
+                               ref_model=reference_for(lm, mcfg, cfg.loss),
+                               temperature=cfg.sampling.temperature)
+        metrics.update(qualify(update, lm.name))
     return metrics, stats

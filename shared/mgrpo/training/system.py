@@ -35,6 +35,7 @@ class LoadedModel:
     engine: Any
     optimizer: torch.optim.Optimizer | None = None
     version: int = 0
+    ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
 
 
 @dataclass

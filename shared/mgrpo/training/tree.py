@@ -308,8 +308,9 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     import time
 
     from mgrpo.training.loop import _save_state, publish_stats
+    from mgrpo.training.reference import reference_for
     from mgrpo.training.rounds import sample_questions
-    from mgrpo.training.update import policy_update
+    from mgrpo.training.update import policy_update, qualify
 
     cfg = system.cfg
     round_id = f"{run_id}-r{round_index:04d}"
@@ -335,10 +336,13 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
                 metrics[f"{role}/samples"] = float(len(rewards))
         if lm.optimizer is not None and samples:
             generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-            update = policy_update(lm.model, lm.optimizer, samples, cfg.models[lm.name],
-                                   cfg.loss, pad_id=lm.tokenizer.pad_token_id,
-                                   generator=generator, norm_length=cfg.loss_norm_length())
-            metrics.update({f"{lm.name}/{k}": v for k, v in update.items()})
+            mcfg = cfg.models[lm.name]
+            update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
+                                   pad_id=lm.tokenizer.pad_token_id, generator=generator,
+                                   norm_length=cfg.loss_norm_length(),
+                                   ref_model=reference_for(lm, mcfg, cfg.loss),
+                                   temperature=cfg.sampling.temperature)
+            metrics.update(qualify(update, lm.name))
     t3 = time.perf_counter()
     _save_state(system, round_index)
     n = max(len(trees), 1)

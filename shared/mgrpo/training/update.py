@@ -5,6 +5,12 @@ each accumulated over micro-batches. Micro-batch losses are re-weighted so the a
 gradient equals the full mini-batch's under every aggregation mode (token-mean: by token
 share; seq-mean modes: by sequence share, so Dr. GRPO's B*L normaliser, L the constant
 ``norm_length``, holds).
+Logprobs are of ``softmax(logits / temperature)``, the run's sampling temperature (the
+distribution the engine sampled). The trainer recomputes pi_old itself; the rollout's own
+logprobs (``Trajectory.old_logprobs``) are kept to report the sampler/trainer mismatch per
+agent and, with ``loss.rollout_is``, to weight the loss by truncated pi_old / pi_rollout
+(:mod:`mgrpo.algo.rollout_correction`). With ``loss.kl_coef > 0`` the caller passes the
+frozen reference (:mod:`mgrpo.training.reference`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
 
@@ -15,6 +21,7 @@ from collections import defaultdict
 import torch
 
 from mgrpo.algo import policy_loss
+from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights, rollout_mismatch
 from mgrpo.models.logprobs import token_logprobs
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.scoring import Sample
@@ -46,12 +53,31 @@ def _chunks(n: int, parts: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def qualify(metrics: dict[str, float], model: str) -> dict[str, float]:
+    """Prefix :func:`policy_update`'s model-level keys with ``model/``; per-agent keys
+    (already ``agent/...``) stay as they are."""
+    return {(key if "/" in key else f"{model}/{key}"): value for key, value in metrics.items()}
+
+
+def _rollout_metrics(samples: list[Sample], train: torch.Tensor, rollout: torch.Tensor,
+                     mask: torch.Tensor) -> dict[str, float]:
+    """Per agent: mean/max |logp_train - logp_rollout| and KL(rollout || train) (k3)."""
+    out: dict[str, float] = {}
+    for agent in sorted({s.trajectory.agent for s in samples}):
+        rows = torch.tensor([s.trajectory.agent == agent for s in samples])
+        for key, value in rollout_mismatch(train[rows], rollout[rows], mask[rows]).items():
+            out[f"{agent}/rollout_{key}" if key != "rollout_kl" else f"{agent}/{key}"] = value
+    return out
+
+
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   samples: list[Sample], model_cfg: ModelConfig, loss_cfg: LossConfig,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
-                  norm_length: int | None = None) -> dict[str, float]:
-    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics. ``norm_length``:
+                  norm_length: int | None = None, temperature: float = 1.0,
+                  ) -> dict[str, float]:
+    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics (model-level
+    keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`). ``norm_length``:
     Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
     ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width."""
     if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
@@ -59,19 +85,33 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                          "generation budget L, RunConfig.loss_norm_length())")
     if not samples:
         return {}
+    if loss_cfg.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
+                         "pass ref_model (mgrpo.training.reference.reference_for)")
     batch = pad_samples(samples, pad_id)
     order = torch.randperm(len(samples), generator=generator)
     model.train()
+    rollout = batch["old_logprobs"]  # what the sampler reported
+    extra: dict[str, float] = {}
+    is_w = None
     if recompute_old:  # the trainer's own forward: robust to sampler/trainer numeric drift
         with torch.no_grad():
             batch["old_logprobs"] = token_logprobs(
                 model, batch["input_ids"], batch["attention_mask"],
-                micro_batch_size=model_cfg.micro_batch_size) * batch["response_mask"]
+                micro_batch_size=model_cfg.micro_batch_size,
+                temperature=temperature) * batch["response_mask"]
+        extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, batch["response_mask"])
+        is_w = rollout_is_weights(batch["old_logprobs"], rollout, batch["response_mask"],
+                                  loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+        if is_w is not None:
+            extra.update(is_weight_metrics(is_w, batch["response_mask"],
+                                           loss_cfg.rollout_is_threshold))
     ref = None
-    if ref_model is not None and loss_cfg.kl_coef > 0:
+    if loss_cfg.kl_coef > 0:
         with torch.no_grad():
             ref = token_logprobs(ref_model, batch["input_ids"], batch["attention_mask"],
-                                 micro_batch_size=model_cfg.micro_batch_size)
+                                 micro_batch_size=model_cfg.micro_batch_size,
+                                 temperature=temperature)
     totals: dict[str, float] = defaultdict(float)
     steps = 0
     for mini in _chunks(len(samples), model_cfg.mini_batches):
@@ -81,14 +121,16 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         optimizer.zero_grad(set_to_none=True)
         for micro in _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size)):
             sel = idx[micro]
-            logp = token_logprobs(model, batch["input_ids"][sel], batch["attention_mask"][sel],
-                                  micro_batch_size=len(sel))
+            logp, entropy = token_logprobs(
+                model, batch["input_ids"][sel], batch["attention_mask"][sel],
+                micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
             m = batch["response_mask"][sel]
             loss, metrics = policy_loss(
                 logp, batch["old_logprobs"][sel], batch["advantages"][sel], m,
                 eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
                 ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
-                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length)
+                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length, entropy=entropy,
+                is_weights=None if is_w is None else is_w[sel])
             share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
             (loss * share).backward()
             for key, value in metrics.items():
@@ -98,4 +140,4 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         totals["grad_norm"] += float(grad_norm)
         steps += 1
     model.eval()
-    return {key: value / steps for key, value in totals.items()}
+    return {**{key: value / steps for key, value in totals.items()}, **extra}

@@ -20,10 +20,10 @@ def _requests(prompts, **params):
             for i, p in enumerate(prompts)]
 
 
-def _teacher_forced(model, pad_id, outs):
+def _teacher_forced(model, pad_id, outs, temperature: float = 1.0):
     ids, mask = right_pad([o.prompt_ids + o.completion_ids for o in outs], pad_id)
     with torch.no_grad():
-        logp = token_logprobs(model, ids, mask, micro_batch_size=4)
+        logp = token_logprobs(model, ids, mask, micro_batch_size=4, temperature=temperature)
     return [logp[i, len(o.prompt_ids):len(o.prompt_ids) + len(o.completion_ids)]
             for i, o in enumerate(outs)]
 
@@ -35,7 +35,9 @@ def test_logprobs_equal_teacher_forced_pass_for_unequal_prompts(tiny, temperatur
     assert isinstance(engine, Engine)
     outs = engine.generate(_requests(_prompts(tok), temperature=temperature, top_k=50,
                                      top_p=0.9, max_new_tokens=12))
-    for out, ref in zip(outs, _teacher_forced(model, tok.pad_token_id, outs), strict=True):
+    # logprobs of the distribution sampled from: logits / T (greedy rows: T = 1)
+    ref_outs = _teacher_forced(model, tok.pad_token_id, outs, temperature or 1.0)
+    for out, ref in zip(outs, ref_outs, strict=True):
         assert len(out.completion_ids) == 12 and out.finish_reason == "length"
         assert torch.allclose(torch.tensor(out.logprobs), ref, atol=1e-4), (out, ref)
 

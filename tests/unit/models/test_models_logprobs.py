@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mgrpo.models.logprobs import right_pad, token_logprobs
@@ -64,3 +65,16 @@ def test_micro_batches_1x8_and_8x1_give_same_loss_and_gradients(tiny):
     for name in grads8:
         assert torch.allclose(grads8[name], grads1[name], atol=1e-6, rtol=1e-4), name
     assert any(g.abs().sum() > 0 for g in grads8.values())
+
+
+def test_temperature_divides_the_logits(tiny):
+    model, tok = tiny
+    ids, mask = right_pad(_batch([6, 4], len(tok)), tok.pad_token_id)
+    with torch.no_grad():
+        logp = token_logprobs(model, ids, mask, temperature=0.5)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float() / 0.5
+    manual = torch.log_softmax(logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+    assert torch.allclose(logp[:, 1:], manual, atol=1e-5)
+    assert not torch.allclose(logp, token_logprobs(model, ids, mask).detach(), atol=1e-3)
+    with pytest.raises(ValueError, match="temperature=0 must be > 0"):
+        token_logprobs(model, ids, mask, temperature=0)

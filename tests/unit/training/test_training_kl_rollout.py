@@ -1,0 +1,144 @@
+"""KL to a frozen reference, the entropy metric and the sampler/trainer agreement in the
+embedded loop (issue 10 items 1, 5, 6): real tiny models, real updates."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from training_testkit import run_config_dict
+
+from mgrpo.engines.base import GenerationRequest, SamplingParams
+from mgrpo.engines.torch_engine import TorchEngine
+from mgrpo.models import load_model
+from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
+from mgrpo.training.loop import run_training
+from mgrpo.training.reference import load_reference
+from mgrpo.training.scoring import Sample
+from mgrpo.training.update import policy_update
+from mgrpo.types import Trajectory
+
+
+def _round_metrics(tmp_path, name: str = "t") -> list[dict[str, float]]:
+    from mgrpo.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'run' / 'store.db'}")
+    rounds = store.list_rounds(name)
+    assert all(r.status == "done" for r in rounds)
+    return [store.metrics(name, r.round_id)[r.round_id] for r in rounds]
+
+
+def test_kl_to_the_starting_weights_entropy_and_rollout_agreement(tmp_path, tiny_dir,
+                                                                   bench_dir):
+    cfg = RunConfig.model_validate(run_config_dict(
+        tmp_path, tiny_dir, bench_dir, loss={"kl_coef": 0.1, "rollout_is": "token"},
+        sampling={"planner_max_turns": 2, "subagent_max_turns": 2, "max_new_tokens": 6,
+                  "temperature": 0.7}))
+    result = run_training(cfg, progress=False)
+    assert result.rounds == 2
+    first, second = _round_metrics(tmp_path)
+    for metrics in (first, second):
+        # the reference = the starting weights; a random tiny model gets no reward signal,
+        # so its weights stay put and the KL stays 0 (test_policy_update_kl_... moves them)
+        assert metrics["planner/kl"] == pytest.approx(0.0, abs=1e-7)
+        assert 0 < metrics["planner/entropy"] < 6.0  # log(400) = 5.99 at most
+        # sampled at T = 0.7 and trained at T = 0.7 by the same weights: they agree
+        assert metrics["planner/rollout_logp_diff_max"] < 1e-3
+        assert 0 <= metrics["planner/rollout_logp_diff_mean"] <= 1e-3
+        assert metrics["planner/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_kl_reference_from_a_named_folder(tmp_path, tiny_dir, bench_dir):
+    from mgrpo.models import TinyModelConfig, init_tiny
+
+    other = init_tiny(tmp_path / "ref", TinyModelConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, vocab_size=400, seed=7))
+    data = run_config_dict(tmp_path, tiny_dir, bench_dir, loss={"kl_coef": 0.1},
+                           stages=[{"stage": 1, "rounds": 1}])
+    data["models"]["planner"]["ref_path"] = str(other)
+    run_training(RunConfig.model_validate(data), progress=False)
+    (first,) = _round_metrics(tmp_path)
+    assert first["planner/kl"] > 0.01  # another model's weights: far from round 0's policy
+
+
+@pytest.mark.parametrize(("sampling", "message"), [
+    ({"top_p": 0.9}, "top_p=0.9, top_k=0: training samples must come from the full softmax"),
+    ({"top_k": 20}, "top_k=20"),
+    ({"temperature": 0.0}, "greater than 0"),
+])
+def test_sampling_that_cannot_be_trained_is_refused(tmp_path, tiny_dir, bench_dir, sampling,
+                                                    message):
+    with pytest.raises(ValidationError, match=message):
+        RunConfig.model_validate(run_config_dict(tmp_path, tiny_dir, bench_dir,
+                                                 sampling=sampling))
+
+
+def _sampled(model, tok, temperature: float, shift: float = 0.0) -> list[Sample]:
+    """Six samples drawn by the torch engine at ``temperature``; advantages +-1; the
+    recorded rollout logprobs moved by ``shift`` (a sampler that disagrees)."""
+    engine = TorchEngine(model, tok, stop_at_eos=False)
+    prompts = [[5 + i, 17, 33, 40 + 3 * i] for i in range(6)]
+    outs = engine.generate([GenerationRequest(p, SamplingParams(
+        temperature=temperature, max_new_tokens=6, seed=i)) for i, p in enumerate(prompts)])
+    samples = []
+    for i, out in enumerate(outs):
+        n = len(out.prompt_ids)
+        traj = Trajectory(
+            traj_id=f"r/q/{i}/x/0", round_id="r", query_id="q", rollout=i,
+            agent="planner" if i % 2 else "searcher", model="m",
+            input_ids=out.prompt_ids + out.completion_ids,
+            response_mask=[0] * n + [1] * len(out.completion_ids),
+            old_logprobs=[0.0] * n + [lp + shift for lp in out.logprobs])
+        samples.append(Sample(traj, advantage=1.0 if i % 3 else -1.0, reward=0.0))
+    return samples
+
+
+def _update(tiny_dir, samples, temperature=1.0, mini_batches=1, **loss):
+    import torch
+
+    model, tok = load_model(tiny_dir)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    mcfg = ModelConfig(path=str(tiny_dir), mini_batches=mini_batches, micro_batch_size=2)
+    lcfg = LossConfig(**loss)
+    ref = load_reference(str(tiny_dir)) if lcfg.kl_coef > 0 else None
+    return policy_update(model, optimizer, samples, mcfg, lcfg, pad_id=tok.pad_token_id,
+                         ref_model=ref, temperature=temperature,
+                         generator=torch.Generator().manual_seed(0))
+
+
+def test_policy_update_kl_is_zero_at_the_reference_and_grows_as_weights_move(tiny_dir):
+    model, tok = load_model(tiny_dir)
+    samples = _sampled(model, tok, 1.0)
+    one = _update(tiny_dir, samples, kl_coef=0.1)  # one step, taken at the reference
+    assert one["kl"] == pytest.approx(0.0, abs=1e-7) and one["grad_norm"] > 0
+    three = _update(tiny_dir, samples, mini_batches=3, kl_coef=0.1)  # steps 2, 3 have moved
+    assert three["kl"] > 1e-5
+    assert three["loss"] > three["pg_loss"]  # the KL term (>= 0) is in the loss
+
+
+def test_trainer_trains_the_temperature_it_sampled_at(tiny_dir):
+    model, tok = load_model(tiny_dir)
+    samples = _sampled(model, tok, 0.5)
+    same = _update(tiny_dir, samples, temperature=0.5)
+    assert same["planner/rollout_logp_diff_max"] < 1e-4
+    assert same["searcher/rollout_logp_diff_max"] < 1e-4
+    assert same["planner/rollout_kl"] < 1e-8
+    at_one = _update(tiny_dir, samples, temperature=1.0)  # what main did: trained at T = 1
+    assert at_one["planner/rollout_logp_diff_mean"] > 0.1
+
+
+def test_rollout_is_reweights_the_policy_loss_by_the_truncated_ratio(tiny_dir):
+    import math
+
+    model, tok = load_model(tiny_dir)
+    samples = _sampled(model, tok, 1.0, shift=0.3)  # the sampler says every token is likelier
+    plain = _update(tiny_dir, samples)
+    assert plain["planner/rollout_logp_diff_mean"] == pytest.approx(0.3, abs=1e-4)
+    assert "rollout_is_mean" not in plain
+    token = _update(tiny_dir, samples, rollout_is="token")
+    w = math.exp(-0.3)  # pi_old / pi_rollout on every token, below the cap 2
+    assert token["rollout_is_mean"] == pytest.approx(w, abs=1e-4)
+    # rho = 1 on the first (only) step: pg_loss = mean(-A * w) = w * the unweighted one
+    assert token["pg_loss"] == pytest.approx(w * plain["pg_loss"], rel=1e-4)
+    seq = _update(tiny_dir, samples, rollout_is="sequence", rollout_is_threshold=1.0)
+    assert seq["rollout_is_mean"] == pytest.approx(math.exp(-0.3 * 6), abs=1e-4)  # 6 tokens
