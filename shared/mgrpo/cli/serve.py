@@ -28,6 +28,13 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
                                    "max_queue": max_queue}.items() if v is not None}
     uvicorn.run(create_app(SandboxServiceSettings(**overrides)), host=host, port=port,
                 log_level="warning")
+    _exit_now()
+
+
+def _exit_now() -> None:
+    from mgrpo.services.process import exit_now
+
+    exit_now()  # skip the slow interpreter teardown once the service has stopped
 
 
 def _settings():
@@ -45,6 +52,7 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
     from services.planner.app import main
 
     main(_settings(), host, port)
+    _exit_now()
 
 
 @app.command("planner-worker")
@@ -54,6 +62,7 @@ def planner_worker(batch_size: int = typer.Option(16, min=1, help="Episode tasks
     from services.planner.worker import main
 
     main(_settings(), batch_size)
+    _exit_now()
 
 
 @app.command("subagent")
@@ -68,6 +77,7 @@ def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (
     from services.subagent.main import main
 
     main(_settings(), name, tool, model, description, batch_size)
+    _exit_now()
 
 
 @app.command("trainer")
@@ -77,3 +87,4 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
     from services.trainer.main import main
 
     main(_settings(), model)
+    _exit_now()
