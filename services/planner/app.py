@@ -14,4 +14,4 @@ def main(settings: Settings, host: str, port: int) -> None:
 
     setup_logging(settings, "planner")
     uvicorn.run(create_app(settings=settings), host=host, port=port,
-                log_level=settings.log_level.lower())
+                log_level=settings.log_level.lower(), log_config=None)  # our format

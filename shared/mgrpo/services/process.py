@@ -21,8 +21,9 @@ from mgrpo.services.health import serve_health
 
 
 def setup_logging(settings: Settings, service: str) -> None:
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+    from mgrpo.logs import setup_logging as setup
+
+    setup(service, settings.log_level)
 
 
 def exit_now(code: int = 0) -> None:
