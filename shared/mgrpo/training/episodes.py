@@ -211,16 +211,21 @@ class EpisodeRunner:
         action = P.parse_planner_turn(text)
         state.actions.append(action)
         state.turn += 1
+        # ``raw``: the model's own text of the turn, so a malformed answer can be debugged.
         if action.kind == "answer":
             state.answer, state.done = action.answer, True
-            state.trace.append({"agent": "planner", "answer": action.answer})
+            state.trace.append({"agent": "planner", "answer": action.answer, "raw": text})
             return None
         if action.kind != "call" or state.turn >= self.sampling.planner_max_turns:
+            why = ("not a valid planner turn (<call>agent|task</call> or <answer>...</answer>)"
+                   if action.kind != "call" else "a delegation past planner_max_turns")
+            state.trace.append({"agent": "planner", "raw": text, "error": why})
             state.done = state.broken = True
             return None
         invocation = state.calls.get(action.agent, 0)
         state.calls[action.agent] = invocation + 1
-        state.trace.append({"agent": "planner", "delegate": action.agent, "task": action.task})
+        state.trace.append({"agent": "planner", "delegate": action.agent, "task": action.task,
+                            "raw": text})
         if self.inline:
             if action.agent not in self.inline_tools:
                 state.done = state.broken = True
@@ -241,14 +246,15 @@ class EpisodeRunner:
         role = state.inline_role
         if action.kind == "return":
             state.inline_role = None
-            state.trace.append({"agent": role, "result": action.payload})
+            state.trace.append({"agent": role, "result": action.payload, "raw": text})
         elif action.kind == "tool" and state.inline_turns < self.sampling.subagent_max_turns:
             tool = self.inline_tools[role]
             observation = tool.run(action.payload)
             state.trace.append({"agent": role, "tool": tool.name, "input": action.payload,
-                                "observation": observation})
+                                "observation": observation, "raw": text})
             state.ctx.add_prompt(encode(self.planner.tokenizer, P.render_obs(observation)))
         else:
+            state.trace.append({"agent": role, "raw": text, "error": "not a valid turn"})
             state.done = state.broken = True
 
     def _episode(self, state: _EpisodeState) -> Episode:

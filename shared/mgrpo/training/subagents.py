@@ -36,6 +36,7 @@ class _CallState:
     ctx: TokenContext
     actions: list = field(default_factory=list)
     trace: list[dict] = field(default_factory=list)
+    last_raw: str = ""  # the model's text of its last turn (the return, or the broken one)
     result: str | None = None
     done: bool = False
 
@@ -64,17 +65,19 @@ def run_subagent_calls(runtime: AgentRuntime, calls: list[SubagentCall],
                 state.ctx.add_generated(completion)
                 action = P.parse_subagent_turn(completion.text)
                 state.actions.append(action)
+                raw = state.last_raw = completion.text  # traced: malformed turns debuggable
                 if action.kind == "return":
                     state.result, state.done = action.payload, True
                 elif action.kind == "tool" and runtime.tool is not None:
-                    tool_jobs.append((state, action.payload,
+                    tool_jobs.append((state, action.payload, raw,
                                       pool.submit(runtime.tool.run, action.payload)))
                 else:
                     state.done = True  # invalid turn: the protocol is broken, stop here
-            for state, payload, future in tool_jobs:
+            for state, payload, raw, future in tool_jobs:
                 observation = future.result()
                 state.trace.append({"agent": runtime.role, "tool": runtime.tool.name,
-                                    "input": payload, "observation": observation})
+                                    "input": payload, "observation": observation,
+                                    "raw": raw})
                 state.ctx.add_prompt(encode(tok, P.render_obs(observation)))
     return [_outcome(runtime, s, sampling.subagent_max_turns) for s in states]
 
@@ -93,7 +96,7 @@ def _outcome(runtime: AgentRuntime, state: _CallState, max_turns: int) -> Subage
         subtask=call.task, result=state.result)
     result = state.result if state.result is not None else FAILED_RESULT
     trace = [{"agent": runtime.role, "task": call.task, "result": result,
-              "format_ok": format_ok, "steps": state.trace}]
+              "format_ok": format_ok, "steps": state.trace, "raw": state.last_raw}]
     return SubagentOutcome(result=result, trajectory=trajectory, trace=trace)
 
 

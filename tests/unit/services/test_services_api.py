@@ -76,6 +76,20 @@ def test_query_returns_answer_and_full_trace(client):
     searcher = [e for e in body["trace"] if e.get("agent") == "searcher" and "steps" in e]
     assert searcher[0]["steps"][0]["tool"] == "search"
     assert body["format_ok"] is True and body["answer"]
+    # every agent's raw model output is in the trace (issue 11.10)
+    assert delegations[0]["raw"].startswith("<call>searcher|")
+    assert searcher[0]["raw"].startswith("<return>") and searcher[0]["steps"][0]["raw"]
+
+
+def test_query_trace_shows_a_malformed_answer_raw(client):
+    """Before, a planner turn that parsed as nothing left an empty trace."""
+    response = client.post("/v1/queries", json={"question": "garble this"}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["format_ok"] is False and body["answer"] is None
+    assert body["trace"] == [{"agent": "planner", "raw": "the answer is probably 42",
+                              "error": "not a valid planner turn (<call>agent|task</call> "
+                                       "or <answer>...</answer>)"}]
 
 
 def test_start_list_cancel_round(client):
