@@ -14,7 +14,8 @@ its part of each round, train with the library, checkpoint, publish, announce.
 - Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
   config, a missing reference model, a bug) is marked ``failed`` with the reason (type and
   message, shown by ``GET /v1/rounds/{id}``) and logged; the trainer moves on instead of
-  retrying it forever. Errors before training (store unreachable) are retried.
+  retrying it forever. Infrastructure errors (``mgrpo.bus.errors.is_transient``: store or
+  broker unreachable) do not count: they are retried at the next poll.
 - Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
   records, weights AND optimizer state (Adam moments, saved next to each checkpoint by
   :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest). If that checkpoint
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mgrpo.bus.errors import is_transient
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage, WeightsAnnouncement
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_engine, trained_models
@@ -175,6 +177,8 @@ class TrainerService:
             try:
                 self.train_round(record)
             except Exception as error:  # noqa: BLE001 - counted, then the round fails
+                if is_transient(error):  # the store or broker is down: not the round's fault
+                    raise
                 self._round_failed(record, error)
                 break
             self._failures.pop(record.round_id, None)
