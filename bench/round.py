@@ -66,8 +66,59 @@ class RoundData:
     split: dict[str, float] = field(default_factory=dict)
 
 
+ASSET_MODULES = ("envs/benchmark.py", "envs/demos.py", "envs/experts.py", "models/sft.py",
+                 "models/tiny.py", "training/inline.py")  # what the assets are made by
+ASSET_NAMES = ("bench", "init", "planner", "searcher", "single")
+
+
+def asset_key(sft_steps: int) -> str:
+    """Cache key of :func:`prepare`: its settings and the source of the code that makes the
+    assets (a change there builds new ones instead of reusing stale files)."""
+    import hashlib
+
+    import mgrpo
+
+    digest = hashlib.sha256(f"v1|sft_steps={sft_steps}|{SMALL}".encode())
+    package = Path(mgrpo.__file__).resolve().parent
+    for module in ASSET_MODULES:
+        digest.update((package / module).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    """``MGRPO_ASSET_CACHE``, else ``~/.cache/mgrpo/assets``."""
+    return Path(os.environ.get("MGRPO_ASSET_CACHE")
+                or Path.home() / ".cache" / "mgrpo" / "assets")
+
+
+def prepare_cached(sft_steps: int = 60, cache_dir: Path | None = None) -> dict[str, Path]:
+    """:func:`prepare`, built once per (settings, code) and kept on disk: tests and repeated
+    benchmark runs load the same warm-started models instead of re-running SFT. Built in a
+    temporary folder and renamed into place, so concurrent callers never see half an entry
+    (the loser of a race discards its copy). Callers must not write into the returned
+    folders (both modes write checkpoints elsewhere)."""
+    import shutil
+
+    root = (cache_dir or default_cache_dir()) / asset_key(sft_steps)
+    if not (root / "complete").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+        try:
+            prepare(tmp, sft_steps=sft_steps)
+            (tmp / "complete").write_text("ok\n")
+            os.replace(tmp, root)
+        except OSError:
+            if not (root / "complete").exists():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"coder": root / "init", **{name: root / name for name in ASSET_NAMES}}
+
+
 def prepare(root: Path, sft_steps: int = 60) -> dict[str, Path]:
-    """Benchmark, demonstrations, a tiny init model, and SFT'd planner and searcher."""
+    """Benchmark, demonstrations, a tiny init model, SFT'd planner and searcher, and a
+    single-agent model (``single``: SFT'd on the inline form of the same demonstrations, for
+    ``algorithm: grpo``, with the planner's and the searcher's steps together)."""
     import torch
 
     from mgrpo.envs import BenchmarkConfig, build_benchmark
@@ -75,42 +126,55 @@ def prepare(root: Path, sft_steps: int = 60) -> dict[str, Path]:
     from mgrpo.envs.experts import ExpertErrors
     from mgrpo.models import TinyModelConfig, init_tiny, load_model
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, train_sft
+    from mgrpo.training.inline import write_inline_demos
     from mgrpo.training.system import build_tools
 
     bench = build_benchmark(BenchmarkConfig(seed=0, n_train=120, n_dev=40, n_test=40,
                                             entities=SMALL))
     bench.save(root / "bench")
     tools = build_tools(bench, ["searcher", "coder"], tool_cfg={"search": {"k": 1}})
-    write_demos(bench, root / "demos", tools, ExpertErrors.parse("planner.skip_delegation=0.5"),
-                n=200, stage=1, seed=0)
+    errors = ExpertErrors.parse("planner.skip_delegation=0.5")
+    write_demos(bench, root / "demos", tools, errors, n=200, stage=1, seed=0)
+    write_inline_demos(bench, root / "demos-inline", tools, errors, n=200, stage=1, seed=0)
     texts = [d.text for d in bench.corpus.docs] + [
         "".join(s.text for s in e.segments)
         for role in ("planner", "searcher") for e in load_sft_jsonl(root / f"demos/{role}.jsonl")]
     config = TinyModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                              num_key_value_heads=1, intermediate_size=128, vocab_size=600)
     init_tiny(root / "init", config, corpus_texts=texts)
-    paths = {"bench": root / "bench", "coder": root / "init"}
-    for role in ("planner", "searcher"):
+    paths = {"bench": root / "bench", "coder": root / "init", "init": root / "init"}
+    for role, data, steps in (("planner", "demos/planner.jsonl", sft_steps),
+                              ("searcher", "demos/searcher.jsonl", sft_steps),
+                              ("single", "demos-inline/planner.jsonl", 2 * sft_steps)):
         model, tokenizer = load_model(root / "init")
         torch.manual_seed(0)
-        train_sft(model, tokenizer, load_sft_jsonl(root / f"demos/{role}.jsonl"),
-                  SFTConfig(steps=sft_steps, batch_size=16, lr=3e-3, eval_every=sft_steps,
-                            seed=0))
+        train_sft(model, tokenizer, load_sft_jsonl(root / data),
+                  SFTConfig(steps=steps, batch_size=16, lr=3e-3, eval_every=steps, seed=0))
         model.save_pretrained(root / role)
         tokenizer.save_pretrained(root / role)
         paths[role] = root / role
     return paths
 
 
+VARIANTS = ("co-training", "main-only", "grpo", "curriculum")
+
+
 def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: int = 3,
-                name: str = "parity", temperature: float = 1.0):
+                name: str = "parity", temperature: float = 1.0, variant: str = "co-training"):
     """The run config both modes share. ``name`` is the run id: round ids, hence every
     episode seed, derive from it, so both modes must use the same one. A ``temperature``
     above 1 flattens the warm-started (peaked) policies, so that a seeding difference
-    between the modes shows up as different tokens (the parity test uses 1.5)."""
+    between the modes shows up as different tokens (the parity test uses 1.5).
+
+    ``variant``: ``co-training`` (M-GRPO, every model trained), ``main-only`` (M-GRPO,
+    sub-agents frozen), ``grpo`` (one model ``single`` plays every role) or ``curriculum``
+    (co-training on the questions a difficulty filter keeps: ``max_success`` 0.5 over 2
+    filter rollouts per question)."""
     from mgrpo.training.config import RunConfig
 
-    return RunConfig.model_validate({
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+    data = {
         "name": name, "seed": seed, "algorithm": "mgrpo",
         "agents": {"planner": "planner", "searcher": "searcher", "coder": "coder"},
         "models": {m: {"path": str(paths[m]), "lr": 1e-3, "micro_batch_size": 8}
@@ -119,22 +183,35 @@ def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: 
         "sampling": {"planner_max_turns": 3, "subagent_max_turns": 2, "max_new_tokens": 24,
                      "temperature": temperature},
         "stages": [{"stage": 1, "rounds": 1}], "eval_questions": 4,
-        "bench_dir": str(paths["bench"]), "out_dir": str(out_dir)})
+        "bench_dir": str(paths["bench"]), "out_dir": str(out_dir)}
+    if variant == "main-only":
+        for model in ("searcher", "coder"):
+            data["models"][model]["trainable"] = False
+    elif variant == "grpo":
+        data.update(algorithm="grpo", agents=dict.fromkeys(MODELS, "single"),
+                    models={"single": {"path": str(paths["single"]), "lr": 1e-3,
+                                       "micro_batch_size": 8}})
+    elif variant == "curriculum":
+        data["stages"] = [{"stage": 1, "rounds": 1, "max_success": 0.5, "filter_samples": 2}]
+    return RunConfig.model_validate(data)
 
 
-def read_round(store, run_id: str, round_id: str, ckpt_root: str) -> RoundData:
+def read_round(store, cfg, round_id: str, ckpt_root: str) -> RoundData:
     """Outcomes, group statistics (n = 0 placeholder rows left out: see the parity test),
-    metrics, token ids and v1 weights of a finished round."""
+    metrics, the trained models' token ids and v1 weights of a finished round of run
+    ``cfg.name``. Frozen models are left out: no trainer ingests their trajectories in
+    distributed mode, and they have no checkpoint."""
     from mgrpo.models.checkpoint import load_checkpoint
 
+    trained = cfg.trained_models()
     outcomes = {(o.query_id, o.rollout): (o.format_ok, o.correct, o.reward)
                 for o in store.read_planner_outcomes(round_id)}
     stats = {(s.model, s.agent, s.group_key): (s.n, s.mean, s.std)
-             for s in store.read_group_stats(round_id) if s.n > 0}
+             for s in store.read_group_stats(round_id) if s.n > 0 and s.model in trained}
     tokens = {t.traj_id: list(t.input_ids)
-              for m in MODELS for t in store.round_trajectories(round_id, m)}
-    weights = {m: load_checkpoint(ckpt_root, m, version=1)[0] for m in MODELS}
-    metrics = store.metrics(run_id, round_id).get(round_id, {})
+              for m in trained for t in store.round_trajectories(round_id, m)}
+    weights = {m: load_checkpoint(ckpt_root, m, version=1)[0] for m in trained}
+    metrics = store.metrics(cfg.name, round_id).get(round_id, {})
     return RoundData(outcomes, stats, metrics, tokens, weights)
 
 
@@ -152,7 +229,7 @@ def embedded_round(cfg) -> RoundData:
     started = time.perf_counter()
     metrics = run_round(system, store, cfg.name, 0, stage_pool(system, 0))
     wall = time.perf_counter() - started
-    data = read_round(store, cfg.name, f"{cfg.name}-r0000", str(Path(cfg.out_dir) / "checkpoints"))
+    data = read_round(store, cfg, f"{cfg.name}-r0000", str(Path(cfg.out_dir) / "checkpoints"))
     data.wall_s = wall
     data.split = {key.removeprefix("time/"): value for key, value in metrics.items()
                   if key.startswith("time/")}
@@ -160,15 +237,26 @@ def embedded_round(cfg) -> RoundData:
     return data
 
 
-def start_services(procs: ServiceProcesses) -> float:
-    """The six services of a co-training round; returns seconds until all are healthy."""
+def service_argv(cfg) -> dict[str, list[str]]:
+    """The services a round of ``cfg`` needs (name -> argv after ``mgrpo``): a sub-agent
+    worker per sub-agent role (none for ``grpo``: the single agent plays them inline), the
+    planner worker, and a trainer per model (a frozen model's trainer idles)."""
+    out: dict[str, list[str]] = {}
+    if cfg.algorithm != "grpo":
+        for role in (r for r in cfg.agents if r != "planner"):
+            out[f"subagent-{role}"] = ["serve", "subagent", "--name", role, "--tool",
+                                       {"searcher": "search", "coder": "python"}[role]]
+    out["planner-worker"] = ["serve", "planner-worker"]
+    for model in dict.fromkeys(cfg.agents.values()):
+        out[f"trainer-{model}"] = ["serve", "trainer", "--model", model]
+    return out
+
+
+def start_services(procs: ServiceProcesses, cfg) -> float:
+    """Start :func:`service_argv`'s processes; returns seconds until all are healthy."""
     started = time.perf_counter()
-    procs.start("subagent-searcher", "serve", "subagent", "--name", "searcher",
-                "--tool", "search")
-    procs.start("subagent-coder", "serve", "subagent", "--name", "coder", "--tool", "python")
-    procs.start("planner-worker", "serve", "planner-worker")
-    for model in MODELS:
-        procs.start(f"trainer-{model}", "serve", "trainer", "--model", model)
+    for name, argv in service_argv(cfg).items():
+        procs.start(name, *argv)
     procs.wait_healthy()
     return time.perf_counter() - started
 
@@ -191,31 +279,87 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
         env = {**os.environ, "MGRPO_MODE": "distributed", "MGRPO_DATABASE_URL": url,
                "MGRPO_BROKER_URL": broker_url, "MGRPO_RUN_CONFIG": str(config_file),
                "MGRPO_QUEUE_PREFIX": prefix, "MGRPO_CHECKPOINT_URI": str(workdir / "ckpt"),
-               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",  # one thread per process
                "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("MGRPO_ENGINE", None)  # real tiny models, not a scripted policy
         procs = ServiceProcesses(env, workdir)
         bus = KombuBus(broker_url, store, dead_letter_queue_name=Queues(prefix).dead_letter)
         try:
-            startup = start_services(procs)
-            data = _timed_round(store, bus, cfg, Queues(prefix), procs, timeout_s)
+            startup = start_services(procs, cfg)
+
+            def logs() -> str:
+                return "\n".join(f"--- {n}\n{procs.log(n)[-1500:]}" for n in procs.procs)
+
+            data = _timed_round(store, bus, cfg, Queues(prefix), logs, timeout_s)
             data.split["startup_s"] = startup
-            data = _with_results(data, read_round(store, cfg.name, f"{cfg.name}-r0000",
+            data = _with_results(data, read_round(store, cfg, f"{cfg.name}-r0000",
                                                   str(workdir / "ckpt")))
         finally:
             procs.stop_all()
             bus.close()
-            _delete_queues(broker_url, prefix, procs)
+            _delete_queues(broker_url, prefix, procs, cfg)
             store.close()
     return data
 
 
-def _timed_round(store, bus, cfg, queues, procs: ServiceProcesses,
-                 timeout_s: float) -> RoundData:
+def inprocess_round(cfg, workdir: Path, timeout_s: float = 600.0) -> RoundData:
+    """The same services as :func:`distributed_round` (planner worker, sub-agent workers,
+    trainers: the classes ``mgrpo serve`` runs), in THIS process on the in-memory bus and a
+    SQLite store: the distributed code path without process start-up or a broker."""
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.config import Settings
+    from mgrpo.services.context import Queues, open_store
+    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.subagent_worker import SubagentWorker
+    from mgrpo.services.trainer import TrainerService
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = Settings(mode="embedded", database_url=f"sqlite:///{workdir / 'store.db'}",
+                        checkpoint_uri=str(workdir / "ckpt"), engine="torch")
+    store = open_store(settings)
+    bus = InMemoryBus(store)
+    trainers = []
+    try:
+        for argv in service_argv(cfg).values():
+            if argv[1] == "subagent":
+                SubagentWorker(settings, cfg, store, bus, argv[3], argv[5]).start()
+            elif argv[1] == "trainer":
+                trainers.append(TrainerService(settings, cfg, store, bus, argv[3], poll_s=0.1))
+                trainers[-1].start()
+        PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus)).start()
+        data = _timed_round(store, bus, cfg, Queues(), lambda: "(see the log above)",
+                            timeout_s)
+        return _with_results(data, read_round(store, cfg, f"{cfg.name}-r0000",
+                                              str(workdir / "ckpt")))
+    finally:
+        for trainer in trainers:
+            trainer.stop()
+        bus.close()
+        store.close()
+
+
+def wait_round(store, round_id: str, timeout_s: float, logs=lambda: "") -> None:
+    """Until ``round_id`` is ``done``; a failed, cancelled or late round raises."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = store.get_round(round_id).status
+        if status == "done":
+            return
+        if status in ("failed", "cancelled") or time.monotonic() > deadline:
+            raise RuntimeError(f"round {round_id} ended {status!r}:\n{logs()}")
+        time.sleep(0.05)
+
+
+def _timed_round(store, bus, cfg, queues, logs, timeout_s: float) -> RoundData:
+    """Start the round (after its stage's difficulty filter, when ``start_round`` returns
+    that first) and time it until ``done``."""
     from mgrpo.services.rounds import start_round
 
-    started = time.perf_counter()
     record = start_round(store, bus, cfg, queues)
+    if record.index < 0:  # the curriculum filter round: wait, then start the real one
+        wait_round(store, record.round_id, timeout_s, logs)
+        record = start_round(store, bus, cfg, queues)
+    started = time.perf_counter()
     rollout_done = None
     deadline = time.monotonic() + timeout_s
     while True:
@@ -225,8 +369,7 @@ def _timed_round(store, bus, cfg, queues, procs: ServiceProcesses,
         if status == "done":
             break
         if status in ("failed", "cancelled") or time.monotonic() > deadline:
-            logs = "\n".join(f"--- {n}\n{procs.log(n)[-1500:]}" for n in procs.procs)
-            raise RuntimeError(f"round {record.round_id} ended {status!r}:\n{logs}")
+            raise RuntimeError(f"round {record.round_id} ended {status!r}:\n{logs()}")
         time.sleep(0.05)
     ended = time.perf_counter()
     rollout_done = rollout_done or ended
@@ -239,7 +382,7 @@ def _with_results(timed: RoundData, data: RoundData) -> RoundData:
     return data
 
 
-def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses) -> None:
+def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses, cfg) -> None:
     """Work queues of this prefix and the planner worker's reply queue (durable: they would
     otherwise outlive the run; its name is ``planner.replies.<host>-<pid>``)."""
     from kombu import Connection
@@ -248,8 +391,8 @@ def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses) -> Non
     from mgrpo.services.context import Queues
 
     queues = Queues(prefix)
-    names = [queues.episodes, queues.dead_letter, *(queues.trainer(m) for m in MODELS),
-             queues.subagent("searcher"), queues.subagent("coder")]
+    names = [queues.episodes, queues.dead_letter, *(queues.trainer(m) for m in cfg.models),
+             *(queues.subagent(r) for r in cfg.agents if r != "planner")]
     worker = procs.procs.get("planner-worker")
     if worker is not None:
         host = f"{socket.gethostname()}-{worker.pid}".lower()
@@ -272,7 +415,7 @@ def compare_rounds(a: RoundData, b: RoundData) -> dict[str, float]:
         return max((key_fn(x[k], y[k]) for k in common), default=0.0)
 
     weight_diff = max(float((a.weights[m][p] - b.weights[m][p]).abs().max())
-                      for m in MODELS for p in a.weights[m])
+                      for m in a.weights for p in a.weights[m])
     metric_keys = {k for k in a.metrics.keys() & b.metrics.keys()
                    if not k.startswith(("time/", "throughput/"))}
     return {
@@ -289,7 +432,7 @@ def compare_rounds(a: RoundData, b: RoundData) -> dict[str, float]:
         "metric_max_abs_diff": max((abs(a.metrics[k] - b.metrics[k]) for k in metric_keys),
                                    default=0.0),
         "weight_max_abs_diff": weight_diff,
-        "weight_tensors": float(sum(len(a.weights[m]) for m in MODELS)),
+        "weight_tensors": float(sum(len(a.weights[m]) for m in a.weights)),
     }
 
 
@@ -314,7 +457,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        paths = prepare(root / "assets")
+        paths = prepare(root / "assets")  # fresh models: a benchmark must not reuse a cache
         load_before = os.getloadavg()[0]
         emb = embedded_round(make_config(paths, root / "emb", b=args.b, k=args.k))
         dist = distributed_round(make_config(paths, root / "dist-out", b=args.b, k=args.k),

@@ -10,6 +10,13 @@ attempt's rows are harmless: trainers only read the completing attempt's. A work
 anywhere before ``complete_rollout`` gets the task redelivered and plays a NEW attempt
 (``begin_attempt``) that writes its own rows; one killed after it has nothing left to write.
 
+Algorithms: each round's episodes run with the config stored with the round. ``mgrpo``
+(main-only too: frozen models are simply not in ``trained_models``) delegates over the bus;
+``grpo`` runs the single agent with the tools in this process (no sub-agent deployment is
+needed, d_k is 0). A round that trains nothing (a curriculum filter) records no d_k and ends
+``done`` when its rollouts are complete. ``at_grpo`` never gets here (``start_round``
+refuses it).
+
 What this module does NOT do: train, or load weights mid-batch (``refresh_weights`` runs
 before each batch only).
 """
@@ -35,6 +42,7 @@ from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, Episode, EpisodeJob, EpisodeRunner, mix_seed
 from mgrpo.training.scoring import score_episode
+from mgrpo.training.system import build_tools, role_cards
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +81,7 @@ class PlannerRuntime:
     runtime: AgentRuntime
     dispatch: BusDispatch
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _tools: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, settings: Settings, cfg: RunConfig, store, bus,
@@ -89,16 +98,52 @@ class PlannerRuntime:
                                lambda role: registered_queue(store, role))
         return cls(settings, cfg, store, bus, queues, runtime, dispatch)
 
-    def runner(self) -> EpisodeRunner:
-        return EpisodeRunner(self.runtime, agent_cards(self.store, self.cfg),
-                             self.cfg.sampling, dispatch=self.dispatch)
+    def runner(self, cfg: RunConfig | None = None) -> EpisodeRunner:
+        """The library's runner for ``cfg`` (default: the service's): delegations over the
+        bus, or for ``algorithm: grpo`` the single agent playing every role in its own
+        context with the tools in this process, exactly as embedded mode's
+        ``System.runner``."""
+        cfg = cfg or self.cfg
+        if cfg.algorithm == "grpo":
+            return EpisodeRunner(self.runtime, role_cards(cfg.agents), cfg.sampling,
+                                 inline_tools=self.inline_tools(cfg))
+        return EpisodeRunner(self.runtime, agent_cards(self.store, cfg), cfg.sampling,
+                             dispatch=self.dispatch)
 
-    def play(self, jobs: list[EpisodeJob], greedy: bool = False) -> list[Episode]:
-        """Run episodes; weights are refreshed first and never during the run."""
+    def inline_tools(self, cfg: RunConfig) -> dict:
+        """role -> tool for single-agent episodes (``mgrpo.training.system.build_tools``;
+        ``python`` runs in the sandbox service when ``MGRPO_SANDBOX_URL`` is set)."""
+        key = repr((sorted(cfg.agents), cfg.tools, cfg.role_tools, cfg.bench_dir))
+        if key not in self._tools:
+            from mgrpo.envs import load_benchmark
+
+            sandbox = None
+            if self.settings.sandbox_url:
+                from mgrpo.sandbox.client import SandboxClient
+
+                sandbox = SandboxClient(self.settings.sandbox_url)
+            self._tools[key] = build_tools(load_benchmark(cfg.bench_dir),
+                                           [r for r in cfg.agents if r != "planner"], sandbox,
+                                           cfg.tools, cfg.role_tools)
+        return self._tools[key]
+
+    def play(self, jobs: list[EpisodeJob], greedy: bool = False,
+             cfg: RunConfig | None = None) -> list[Episode]:
+        """Run episodes (with ``cfg``'s algorithm and sampling, default the service's);
+        weights are refreshed first and never during the run."""
         with self.lock:
             refresh_weights(self.store, self.runtime.engine, self.runtime.model)
             self.dispatch.weights_version = self.runtime.engine.version
-            return self.runner().run(jobs, greedy=greedy)
+            return self.runner(cfg).run(jobs, greedy=greedy)
+
+
+def round_config(config: dict, default: RunConfig) -> RunConfig:
+    """The run config a round was started with (stored with it by ``start_round``), or
+    ``default`` for a round stored without one."""
+    if "models" not in config:
+        return default
+    return RunConfig.model_validate({k: v for k, v in config.items()
+                                     if k != "trained_models"})
 
 
 def registered_queue(store, role: str) -> str | None:
@@ -122,6 +167,7 @@ class PlannerWorker:
     def handle_batch(self, messages: list) -> None:
         store = self.p.store
         jobs: list[EpisodeJob] = []
+        configs: dict[str, RunConfig] = {}  # round id -> the config its episodes run with
         for task in messages:
             if isinstance(task, RoundCommand):
                 continue  # round commands are for trainers; nothing to do here
@@ -142,20 +188,27 @@ class PlannerWorker:
             seed = mix_seed(record.config.get("seed", 0), task.round_id, query.query_id,
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
+            configs.setdefault(task.round_id, round_config(record.config, self.p.cfg))
         if not jobs:
             return
-        for episode in self.p.play(jobs, greedy=False):
-            self._finish(episode)
-        for round_id in {job.round_id for job in jobs}:
+        by_algorithm: dict[str, list[EpisodeJob]] = {}
+        for job in jobs:  # one batched run per algorithm (a batch rarely mixes rounds)
+            by_algorithm.setdefault(configs[job.round_id].algorithm, []).append(job)
+        for group in by_algorithm.values():
+            for episode in self.p.play(group, greedy=False, cfg=configs[group[0].round_id]):
+                self._finish(episode)
+        for round_id in configs:
             if store.round_progress(round_id).done:
                 record = store.get_round(round_id)
                 if record is not None and record.status == "running":
-                    store.set_round_status(round_id, "training")
+                    # a round that trains nothing (a difficulty filter) ends here
+                    store.set_round_status(round_id, "training" if trained_models(
+                        record.config) else "done")
 
     def _finish(self, episode: Episode) -> None:
         store, job = self.p.store, episode.job
         record = store.get_round(job.round_id)
-        cfg = self.p.cfg
+        cfg = round_config(record.config, self.p.cfg)
         correct, reward = score_episode(episode.answer, episode.format_ok, job.question.answer,
                                         self.verifier, cfg.rewards.planner)
         planner_model = self.p.runtime.model
@@ -165,7 +218,8 @@ class PlannerWorker:
         store.write_planner_outcomes(job.round_id, [PlannerOutcomeIn(
             query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
             format_ok=episode.format_ok, correct=correct, reward=reward)])
-        for role in [r for r in record.config.get("agents", {}) if r != "planner"]:
+        trained = trained_models(record.config)
+        for role in [r for r in record.config.get("agents", {}) if r != "planner" and trained]:
             store.record_d_counts(role, job.round_id, [DCount(
                 query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
                 d=answered_calls(episode.trace, role))])

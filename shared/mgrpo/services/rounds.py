@@ -6,7 +6,8 @@ then enqueues one ``EpisodeTask`` per rollout on ``planner.episodes`` and wakes 
 model's trainer with a ``RoundCommand``. The round's config (the run config plus
 ``trained_models``) is stored with it, so every worker and trainer reads the SAME settings
 for that round. The round ends when every trained model has published its group statistics
-(the trainers set ``done``).
+(the trainers set ``done``); a round that trains no model (a curriculum stage's difficulty
+filter) ends when its rollouts are complete (the planner worker sets ``done``).
 
 What this module does NOT do: play episodes or train (workers and trainers do).
 """
@@ -17,6 +18,7 @@ from mgrpo.bus.messages import EpisodeTask, RoundCommand
 from mgrpo.services.context import Queues
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
+from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
 from mgrpo.training.rounds import sample_questions
 
 
@@ -24,17 +26,43 @@ class RoundConflict(RuntimeError):
     """A round of this run is still in progress."""
 
 
+class RoundRefused(ValueError):
+    """The run config asks for something distributed mode cannot do (the API answers 422)."""
+
+
+# AT-GRPO branches K candidates from every turn's state; the services have no message for
+# "sample K continuations of this sub-agent state", so its trees cannot cross the bus yet.
+DISTRIBUTED_ALGORITHMS = ("mgrpo", "grpo")
+
+
 def round_id_of(run_id: str, index: int) -> str:
     return f"{run_id}-r{index:04d}"
+
+
+def check_distributed(cfg: RunConfig) -> None:
+    """Refuse, with the fix, a config the services would otherwise run as something else."""
+    if cfg.algorithm not in DISTRIBUTED_ALGORITHMS:
+        raise RoundRefused(
+            f"algorithm {cfg.algorithm!r} cannot run distributed (the services run "
+            f"{', '.join(DISTRIBUTED_ALGORITHMS)}): AT-GRPO's tree sampling is embedded-only; "
+            f"train it with `mgrpo train` or set `algorithm: mgrpo`")
 
 
 def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | None = None,
                 index: int | None = None, questions: list | None = None, bench=None):
     """Create round ``index`` (default: the next) of ``run_id`` and enqueue its episodes.
 
+    The round's questions come from its curriculum stage (``stage_at``). When that stage
+    filters by difficulty (``max_success`` < 1) and its filter has not been played yet, the
+    FILTER round is created and returned instead (its id ``filter_round_id``, no model
+    trains); call again once it is ``done`` to start the training round from the questions
+    it kept (``hard_questions``), as embedded mode does at the start of a stage.
+
     Returns the :class:`~mgrpo.store.records.RoundRecord`. Raises :class:`RoundConflict` if
-    a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2).
+    a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2), and
+    :class:`RoundRefused` for a config the services cannot run.
     """
+    check_distributed(cfg)
     run_id = run_id or cfg.name
     store.create_run(run_id, run_id, cfg.model_dump(mode="json"))
     existing = store.list_rounds(run_id)
@@ -42,25 +70,51 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     if busy:
         raise RoundConflict(f"round {busy[0]} of run {run_id!r} is still in progress; wait "
                             f"for it (GET /v1/rounds/{busy[0]}) or cancel it")
-    index = len(existing) if index is None else index
+    index = sum(r.index >= 0 for r in existing) if index is None else index
+    trained = cfg.trained_models()
     if questions is None:
         if bench is None:
             from mgrpo.envs import load_benchmark
 
             bench = load_benchmark(cfg.bench_dir)
-        stage = cfg.stages[0].stage if cfg.stages else None
-        questions = sample_questions(bench.questions("train", stage=stage),
-                                     cfg.queries_per_round, cfg.seed, index)
+        stage_index = stage_at(cfg, index)
+        stage = cfg.stages[stage_index] if cfg.stages else None
+        questions = bench.questions("train", stage=stage.stage if stage else None)
+        if stage is not None and stage.max_success < 1.0:
+            filtered = _filter_result(store, run_id, stage_index, stage)
+            if filtered is None:
+                return _enqueue(store, bus, cfg, queues, run_id,
+                                filter_round_id(run_id, stage_index), -1 - stage_index,
+                                questions, stage.filter_samples, trained=[])
+            questions = hard_questions(questions, filtered, stage.max_success)
+        questions = sample_questions(questions, cfg.queries_per_round, cfg.seed, index)
+    return _enqueue(store, bus, cfg, queues, run_id, round_id_of(run_id, index), index,
+                    questions, cfg.k, trained=trained)
+
+
+def _filter_result(store, run_id: str, stage_index: int, stage) -> list | None:
+    """(query id, correct) per rollout of the stage's finished filter round; None if it was
+    never started."""
+    record = store.get_round(filter_round_id(run_id, stage_index))
+    if record is None:
+        return None
+    if record.status != "done":
+        raise RoundRefused(f"the difficulty filter of stage {stage_index} "
+                           f"({record.round_id}) ended {record.status!r}; its questions "
+                           "cannot be chosen (start a new run id)")
+    return [(o.query_id, o.correct) for o in store.read_planner_outcomes(record.round_id)]
+
+
+def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: str,
+             index: int, questions: list, k: int, trained: list[str]):
     store.upsert_queries([QueryRecord(query_id=q.id, question=q.question, answer=q.answer,
                                       meta={"kind": q.kind, "stage": q.stage})
                           for q in questions])
-    round_id = round_id_of(run_id, index)
-    trained = cfg.trained_models()
     config = {**cfg.model_dump(mode="json"), "trained_models": trained}
-    store.create_round(run_id, round_id, index, [q.id for q in questions], cfg.k, config)
+    store.create_round(run_id, round_id, index, [q.id for q in questions], k, config)
     store.set_round_status(round_id, "running")
     for q in questions:
-        for rollout in range(cfg.k):
+        for rollout in range(k):
             bus.publish(queues.episodes, EpisodeTask(run_id=run_id, round_id=round_id,
                                                      query_id=q.id, rollout=rollout))
     for model in trained:

@@ -95,20 +95,45 @@ def stage_schedule(cfg: RunConfig) -> list[tuple[int, int]]:
     return out
 
 
-def stage_pool(system: System, stage_index: int) -> list:
+def stage_at(cfg: RunConfig, round_index: int) -> int:
+    """The stage index of global round ``round_index`` (past the schedule: the last stage,
+    for distributed runs that go on)."""
+    schedule = stage_schedule(cfg)
+    if round_index < len(schedule):
+        return schedule[round_index][0]
+    return max(len(cfg.stages) - 1, 0)
+
+
+def filter_round_id(run_id: str, stage_index: int) -> str:
+    """The id of a stage's difficulty-filter episodes: their seeds derive from it (as a
+    training round's derive from its id), so both modes sample the same filter episodes."""
+    return f"{run_id}-filter{stage_index}"
+
+
+def hard_questions(pool: list, correct: list[tuple[str, float]], max_success: float) -> list:
+    """SPEC 1.6's filter: the questions of ``pool`` whose success rate over their filter
+    rollouts (``correct``: (query id, 0/1) per rollout) is below ``max_success``; the whole
+    pool if none is (a stage never runs out of questions)."""
+    success: dict[str, list[float]] = {}
+    for query_id, value in correct:
+        success.setdefault(query_id, []).append(float(value))
+    kept = [q for q in pool
+            if q.id in success and sum(success[q.id]) / len(success[q.id]) < max_success]
+    return kept or pool
+
+
+def stage_pool(system: System, stage_index: int, run_id: str | None = None) -> list:
     """Training questions of a stage, difficulty-filtered when ``max_success`` < 1 (SPEC
-    1.6): keep queries the current system solves less often than the threshold."""
+    1.6): keep queries the current system solves less often than the threshold. The
+    distributed path (``mgrpo.services.rounds``) plays the same episodes as a filter round."""
     stage = system.cfg.stages[stage_index]
     pool = system.bench.questions("train", stage=stage.stage)
     if stage.max_success >= 1.0:
         return pool
-    episodes = collect(system, f"filter-{stage_index}", pool, k=stage.filter_samples,
-                       seed=system.cfg.seed)
-    success: dict[str, list[float]] = {}
-    for ep, outcome in zip(episodes, score(system, episodes), strict=True):
-        success.setdefault(ep.job.question.id, []).append(outcome.correct)
-    kept = [q for q in pool if sum(success[q.id]) / len(success[q.id]) < stage.max_success]
-    return kept or pool
+    episodes = collect(system, filter_round_id(run_id or system.cfg.name, stage_index), pool,
+                       k=stage.filter_samples, seed=system.cfg.seed)
+    outcomes = score(system, episodes)
+    return hard_questions(pool, [(o.query_id, o.correct) for o in outcomes], stage.max_success)
 
 
 def run_round(system: System, store, run_id: str, round_index: int, pool: list) -> dict:
@@ -212,7 +237,7 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
         if stop_after is not None and round_index >= stop_after:
             break
         if stage_index not in pools:
-            pools[stage_index] = stage_pool(system, stage_index)
+            pools[stage_index] = stage_pool(system, stage_index, cfg.name)
         if cfg.algorithm == "at_grpo":  # tree sampling, groups (query, agent, turn)
             from mgrpo.training.tree import run_at_grpo_round as round_fn
         else:

@@ -59,10 +59,17 @@ class System:
                              dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy))
 
     def cards(self) -> list:
-        known = [c.name for c in P.DEFAULT_AGENTS]  # the experts' order: SFT saw it
-        roles = sorted((r for r in self.runtimes if r != "planner"),
-                       key=lambda r: (r not in known, known.index(r) if r in known else 0, r))
-        return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in roles]
+        return role_cards(self.runtimes)
+
+
+def role_cards(roles) -> list:
+    """The planner header's agent cards for the sub-agent ``roles`` (the planner left out):
+    the built-in roles in the experts' order (SFT saw it), then the others by name. Used by
+    embedded mode and by the planner worker in single-agent mode."""
+    known = [c.name for c in P.DEFAULT_AGENTS]
+    ordered = sorted((r for r in roles if r != "planner"),
+                     key=lambda r: (r not in known, known.index(r) if r in known else 0, r))
+    return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in ordered]
 
 
 def build_tools(bench: Any, roles: list[str], sandbox: Any = None,

@@ -25,29 +25,22 @@ The harness is ``bench/round.py`` (the same code measures the round's wall time)
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from parity_kit import load_bench_round
 
-pytestmark = [pytest.mark.heavy, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(600)]
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench" / "round.py"
-_spec = importlib.util.spec_from_file_location("bench_round", _BENCH)
-bench_round = importlib.util.module_from_spec(_spec)
-sys.modules["bench_round"] = bench_round  # dataclasses look their module up here
-_spec.loader.exec_module(bench_round)
+bench_round = load_bench_round()
 
 B, K = 6, 4
 
 
 @pytest.fixture(scope="module")
-def rounds(tmp_path_factory, postgres_url, rabbitmq_url):
+def rounds(tmp_path_factory, postgres_url, rabbitmq_url, warm_assets):
     """(embedded RoundData, distributed RoundData, model paths)."""
     root = tmp_path_factory.mktemp("parity")
-    paths = bench_round.prepare(root / "assets", sft_steps=400)
+    paths = warm_assets
     emb = bench_round.embedded_round(bench_round.make_config(paths, root / "emb", b=B, k=K))
     dist = bench_round.distributed_round(
         bench_round.make_config(paths, root / "dist-out", b=B, k=K), postgres_url,

@@ -9,7 +9,13 @@ from fastapi.concurrency import run_in_threadpool
 
 from mgrpo.services.api.deps import Authorized, State
 from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
-from mgrpo.services.rounds import RoundConflict, cancel_round, round_summary, start_round
+from mgrpo.services.rounds import (
+    RoundConflict,
+    RoundRefused,
+    cancel_round,
+    round_summary,
+    start_round,
+)
 
 router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
@@ -38,6 +44,8 @@ def _start(state, body: RoundIn) -> RoundOut:
                              bench=bench)
     except RoundConflict as error:
         raise HTTPException(409, str(error)) from error
+    except RoundRefused as error:
+        raise HTTPException(422, str(error)) from error
     return _summary(state, record.round_id)
 
 

@@ -1,0 +1,139 @@
+"""Every algorithm the embedded loop offers, through the services (issue 10 item 3).
+
+- ``grpo`` (single agent), ``main-only`` (M-GRPO, frozen sub-agents) and a ``curriculum``
+  stage with a difficulty filter: one round played by embedded mode (``run_round``) and by
+  the services (planner worker, sub-agent workers, trainers: the classes ``mgrpo serve``
+  runs) must agree exactly: tokens, planner outcomes, group statistics, metrics, updated
+  weights. The services run in this process on the in-memory bus and SQLite
+  (``bench_round.inprocess_round``): the code under test is the services', the transport is
+  covered by ``test_services_parity.py`` (M-GRPO through six processes, RabbitMQ,
+  PostgreSQL), and one process set per algorithm would cost minutes each.
+- ``at_grpo`` is refused at ``POST /v1/rounds`` (422 with the reason): its tree sampling
+  does not run through the bus, and before this the services silently ran M-GRPO instead.
+- A run's round ``i`` takes its questions from the curriculum stage of round ``i`` (was:
+  always the first stage).
+
+Compared as in the M-GRPO parity test; left out by design: timings, metrics only one side
+records, and frozen models (embedded mode still scores them; distributed mode runs no
+trainer for them, so their trajectories are not stored).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from parity_kit import load_bench_round
+
+bench_round = load_bench_round()
+
+B, K = 6, 4
+VARIANTS = ("grpo", "main-only", "curriculum")
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def rounds(request, tmp_path_factory, warm_assets):
+    """(variant, embedded RoundData, services' RoundData, config) of one variant."""
+    root = tmp_path_factory.mktemp(request.param)
+    make = bench_round.make_config
+    emb = bench_round.embedded_round(make(warm_assets, root / "emb", b=B, k=K,
+                                          variant=request.param))
+    cfg = make(warm_assets, root / "svc-out", b=B, k=K, variant=request.param)
+    svc = bench_round.inprocess_round(cfg, root / "svc")
+    return request.param, emb, svc, cfg
+
+
+@pytest.mark.heavy
+def test_the_round_is_not_trivial(rounds):
+    variant, emb, _, cfg = rounds
+    assert len(emb.outcomes) == B * K
+    assert len({reward for _, _, reward in emb.outcomes.values()}) > 1
+    assert emb.weights.keys() == set(cfg.trained_models())
+    if variant == "grpo":  # the single agent played the searcher in its own context
+        assert emb.weights.keys() == {"single"}
+        assert emb.metrics["searcher/calls_per_episode"] > 0
+    if variant == "main-only":
+        assert emb.weights.keys() == {"planner"}
+    if variant == "curriculum":  # the filter changed which questions the round plays
+        from mgrpo.envs import load_benchmark
+        from mgrpo.training.rounds import sample_questions
+
+        pool = load_benchmark(cfg.bench_dir).questions("train", stage=1)
+        unfiltered = {q.id for q in sample_questions(pool, B, cfg.seed, 0)}
+        assert {q for q, _ in emb.outcomes} != unfiltered
+
+
+@pytest.mark.heavy
+def test_services_equal_embedded(rounds):
+    variant, emb, svc, _ = rounds
+    assert emb.outcomes.keys() == svc.outcomes.keys(), variant
+    for key, (fmt, correct, reward) in emb.outcomes.items():
+        assert (fmt, correct) == svc.outcomes[key][:2], key
+        assert reward == pytest.approx(svc.outcomes[key][2], abs=1e-6), key
+    assert emb.tokens.keys() == svc.tokens.keys()
+    differing = sorted(k for k in emb.tokens if emb.tokens[k] != svc.tokens[k])
+    assert differing == [], f"{len(differing)} trajectories sampled differently"
+    assert emb.stats.keys() == svc.stats.keys()
+    for key, (n, mean, std) in emb.stats.items():
+        assert n == svc.stats[key][0], key
+        assert (mean, std) == pytest.approx(svc.stats[key][1:], abs=1e-6), key
+    common = {k for k in emb.metrics.keys() & svc.metrics.keys()
+              if not k.startswith(("time/", "throughput/"))}
+    assert {"planner/reward_mean", "planner/pg_loss"} <= {k.replace("single/", "planner/")
+                                                           for k in common}
+    for key in sorted(common):
+        assert emb.metrics[key] == pytest.approx(svc.metrics[key], abs=1e-5), key
+    assert emb.weights.keys() == svc.weights.keys()
+    for model, state in emb.weights.items():
+        for name, tensor in state.items():
+            torch.testing.assert_close(tensor, svc.weights[model][name], atol=1e-5, rtol=0,
+                                       msg=f"{model}.{name}")
+
+
+def _api(tmp_path, cfg):
+    from fastapi.testclient import TestClient
+
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.config import Settings
+    from mgrpo.services.api.app import create_app
+    from mgrpo.services.api.deps import ApiState
+    from mgrpo.services.context import open_store
+
+    settings = Settings(mode="distributed", database_url=f"sqlite:///{tmp_path}/store.db",
+                        api_token="t")
+    store = open_store(settings)
+    return TestClient(create_app(ApiState(settings, cfg, store, InMemoryBus(store)))), store
+
+
+def test_at_grpo_is_refused_with_the_reason(tmp_path, warm_assets):
+    cfg = bench_round.make_config(warm_assets, tmp_path / "out", b=2, k=2)
+    client, store = _api(tmp_path, cfg.model_copy(update={"algorithm": "at_grpo"}))
+    with client:
+        response = client.post("/v1/rounds", json={}, headers={"Authorization": "Bearer t"})
+    assert response.status_code == 422, response.text
+    assert "at_grpo" in response.json()["detail"] and "mgrpo train" in response.json()["detail"]
+    assert store.list_rounds() == []  # nothing was enqueued
+
+
+def test_each_round_takes_its_stage_questions(tmp_path, warm_assets):
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.envs import load_benchmark
+    from mgrpo.services.context import Queues
+    from mgrpo.services.rounds import start_round
+    from mgrpo.store import Store
+    from mgrpo.training.config import RunConfig
+
+    data = bench_round.make_config(warm_assets, tmp_path / "out", b=3, k=2).model_dump()
+    data["stages"] = [{"stage": 1, "rounds": 1}, {"stage": 2, "rounds": 1}]
+    cfg = RunConfig.model_validate(data)
+    bench = load_benchmark(cfg.bench_dir)
+    store = Store(f"sqlite:///{tmp_path}/store.db")
+    store.upgrade()
+    bus = InMemoryBus(store)  # nobody consumes: the tasks just wait
+    stages = []
+    for _ in range(3):  # the third round is past the schedule: it stays in the last stage
+        record = start_round(store, bus, cfg, Queues(), bench=bench)
+        ids = {r.query_id for r in store.rollouts(record.round_id)}
+        stages.append({store.get_query(q).meta["stage"] for q in ids})
+        store.set_round_status(record.round_id, "done")
+    assert stages == [{1}, {2}, {2}]
+
