@@ -266,7 +266,8 @@ class TrainerService:
             lm = self.lm
             engines = {lm.name: (lm.engine, lm.tokenizer)} if lm is not None else {}
             self._judge = (key, build_expert_judges(cfg, load_benchmark(cfg.bench_dir),
-                                                    engines, device=self.settings.device))
+                                                    engines, device=self.settings.device,
+                                                    roles=self.roles))
         return self._judge[1]
 
 

@@ -13,6 +13,7 @@ What this module does not do: score (``mgrpo.training.scoring``) or update judge
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from mgrpo.envs.judges import DEFAULT_EXPERT_PROMPT, ExpertJudges, LLMExpertJudge, RuleVerdicts
@@ -20,6 +21,7 @@ from mgrpo.envs.rewards import RuleExpertJudge
 from mgrpo.training.config import JudgeConfig, RunConfig
 
 log = logging.getLogger(__name__)
+_LOAD_LOCK = threading.Lock()
 
 
 def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[Any, Any]],
@@ -37,7 +39,8 @@ def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[A
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
 
-    model, tokenizer = load_model(path, device=device)
+    with _LOAD_LOCK:  # from_pretrained is not thread-safe (trainers share a process in tests)
+        model, tokenizer = load_model(path, device=device)
     log.info("r_expert judge: loaded model %r from %s in this process (frozen)", judge.model,
              path)
     return TorchEngine(model, tokenizer, device=device), tokenizer
@@ -45,12 +48,14 @@ def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[A
 
 def build_expert_judges(cfg: RunConfig, bench: Any,
                         engines: dict[str, tuple[Any, Any]] | None = None,
-                        device: str = "cpu") -> ExpertJudges:
-    """``engines``: model name -> (engine, tokenizer) already loaded in this process."""
+                        device: str = "cpu", roles: list[str] | None = None) -> ExpertJudges:
+    """``engines``: model name -> (engine, tokenizer) already loaded in this process.
+    ``roles``: build llm judges only for these (a trainer: the roles of its model), so a
+    process never loads a judge model it will not use."""
     loaded: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
     by_role: dict[str, LLMExpertJudge] = {}
     for role, judge in cfg.judges.items():
-        if judge.kind != "llm":
+        if judge.kind != "llm" or (roles is not None and role not in roles):
             continue
         key = (judge.model, judge.url)
         if key not in loaded:

@@ -64,6 +64,8 @@ def test_distributed_round_uses_the_configured_llm_judges(tmp_path):
         coder_judge = trainers["coder"].judge(cfg).for_role("coder")
         assert isinstance(coder_judge.engine, TorchEngine)
         assert coder_judge.engine is not trainers["coder"].lm.engine
+        # A trainer builds only its own roles' judges (never loads another role's model).
+        assert not isinstance(trainers["searcher"].judge(cfg).for_role("coder"), LLMExpertJudge)
     finally:
         for trainer in trainers.values():
             trainer.stop()
