@@ -68,7 +68,7 @@ class LLMExpertJudge:
     reply -> 0.0 counted as a parse failure (``parse_failures``, and the verdict's status).
 
     ``prompt_path``: a text file with the placeholders ``{task}`` and ``{result}`` (and
-    optionally ``{role}``). ``tokenizer`` (``encode(text) -> ids``) defaults to
+    optionally ``{role}``). ``tokenizer`` (``encode(text, add_special_tokens=False)``) defaults to
     ``engine.tokenizer``. Greedy, at most ``max_new_tokens`` tokens.
     """
 
