@@ -126,7 +126,8 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
            rounds: int = typer.Option(15, help="RL rounds per run."),
            demo_dir: Path = typer.Option(Path("runs/demo"),
                                          help="Warm start to reuse (built if missing)."),
-           results: Path = typer.Option(Path("docs/results.md"), help="Markdown report."),
+           results: Path | None = typer.Option(
+               None, help="Markdown report (default OUT/results.md)."),
            ) -> None:
     """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds."""
     from mgrpo.training.ablate import AblateConfig, run_ablation
@@ -137,7 +138,8 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
     except ValueError:
         raise typer.BadParameter(f"--seeds {seeds!r}: expected integers like 0,1,2") from None
     run_ablation(AblateConfig(out_dir=str(out), seeds=seed_list, rounds=rounds,
-                              demo=DemoConfig(out_dir=str(demo_dir)), results_md=str(results)))
+                              demo=DemoConfig(out_dir=str(demo_dir)),
+                              results_md=str(results) if results else None))
 
 
 def register(app: typer.Typer) -> None:

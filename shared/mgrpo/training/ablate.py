@@ -3,8 +3,9 @@
 Three variants from the same expert demonstrations and warm-start recipe, several RL seeds
 each: **single-agent GRPO** (one model plays planner and tools, warm-started on the inline
 form of the same demonstrations), **main-only** (M-GRPO, sub-agents frozen) and
-**co-training** (M-GRPO, every model trained). Writes ``docs/results.md``-style markdown with
-the mean and a 95% t-interval per variant, and a PNG of the mean training accuracy curves.
+**co-training** (M-GRPO, every model trained). Writes ``{out_dir}/results.md`` (markdown in
+the style of ``docs/results.md``, which it never touches) with the mean and a 95% t-interval
+per variant, and a PNG of the mean training accuracy curves.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ class AblateConfig(StrictModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     rounds: int = 15
     demo: DemoConfig = Field(default_factory=DemoConfig)
-    results_md: str = "docs/results.md"
+    results_md: str | None = Field(
+        None, description="Markdown report; default {out_dir}/results.md (never the docs: "
+        "copy it into docs/results.md by hand once the run is worth keeping).")
+
+    def results_path(self) -> Path:
+        return Path(self.results_md) if self.results_md else Path(self.out_dir) / "results.md"
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
@@ -101,8 +107,8 @@ def run_ablation(cfg: AblateConfig) -> dict:
     Path(cfg.out_dir, "ablation.json").write_text(json.dumps(results, indent=2))
     curves = plot_curves(cfg, results)
     markdown = results_markdown(cfg, results, curves, time.perf_counter() - t0)
-    Path(cfg.results_md).parent.mkdir(parents=True, exist_ok=True)
-    Path(cfg.results_md).write_text(markdown)
+    cfg.results_path().parent.mkdir(parents=True, exist_ok=True)
+    cfg.results_path().write_text(markdown)
     return results
 
 
