@@ -24,12 +24,28 @@ QUIET = ("alembic", "bm25s", "httpx", "httpcore", "urllib3", "kombu", "amqp", "c
          "filelock", "sqlalchemy.engine")
 
 
+class _QuietLibraries(logging.Filter):
+    """Drop records of the :data:`QUIET` libraries below ``level``. A filter on the handler,
+    not logger levels: bm25s resets its own logger to DEBUG when it builds an index."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            return True
+        return not any(record.name == n or record.name.startswith(n + ".") for n in QUIET)
+
+
 def setup_logging(process: str = "mgrpo", level: str = "INFO") -> None:
     """Configure the root logger (replacing an earlier set-up) for ``process``."""
     logging.basicConfig(level=level.upper(), format=FORMAT.format(process=process), force=True)
     # A record propagated from a library logger skips the root's level, so the quiet level
     # must never be below the one asked for.
     quiet_level = max(logging.WARNING, logging.getLevelNamesMapping().get(level.upper(), 0))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_QuietLibraries(quiet_level))
     for name in QUIET:
         logging.getLogger(name).setLevel(quiet_level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):

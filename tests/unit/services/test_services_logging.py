@@ -10,8 +10,8 @@ import sys
 SNIPPET = """
 import logging
 from mgrpo.logs import setup_logging
-logging.getLogger("bm25s").setLevel(logging.DEBUG)   # what bm25s does to itself
 setup_logging("planner", "INFO")
+logging.getLogger("bm25s").setLevel(logging.DEBUG)   # what bm25s does to itself, later
 logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
 logging.getLogger("bm25s").debug("Building index from IDs objects")
 logging.getLogger("bm25s").info("bm25s info")
