@@ -28,6 +28,7 @@ from mgrpo.cli.errors import UserError
 from mgrpo.services.launcher import ServiceProcesses
 
 BASE_HEALTH_PORT = 9100
+STOP_TIMEOUT_S = 10.0  # each service stops in order in < 1 s; then SIGKILL the stragglers
 
 
 def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[str]]]:
@@ -94,7 +95,7 @@ def supervise(services: ServiceProcesses, stopping: threading.Event,
             break
         stopping.wait(poll_s)
     started = time.monotonic()
-    services.stop_all()
+    services.stop_all(timeout_s=STOP_TIMEOUT_S)
     typer.echo(f"[up] all services stopped in {time.monotonic() - started:.1f} s")
     return code
 
