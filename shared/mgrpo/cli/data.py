@@ -74,7 +74,8 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
     benchmark = load_benchmark(bench)
     tools = {"searcher": build_tool("search", corpus=benchmark.corpus),
              "coder": build_tool("python", executor=_executor(sandbox_url))}
-    summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage, seed=seed)
+    summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage, seed=seed,
+                          progress=True)
     typer.echo(f"{summary['episodes']} episodes, expert accuracy {summary['accuracy']:.3f}, "
                f"records {summary['records']} -> {out}")
     for key, stat in summary["errors"].items():

@@ -83,7 +83,10 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     questions = system.bench.questions(split)[:n]
     if not questions:
         raise typer.BadParameter(f"split {split!r} has no questions in {cfg.bench_dir}")
-    result = evaluate(system, questions, greedy=greedy)
+    from mgrpo.progress import progress_bar
+
+    with progress_bar(desc="eval", total=len(questions)) as bar:
+        result = evaluate(system, questions, greedy=greedy, progress=bar.update)
     text = json.dumps(result, indent=2, sort_keys=True)
     if out:
         out.write_text(text)

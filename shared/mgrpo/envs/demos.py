@@ -48,13 +48,16 @@ def error_chances(episodes: list[EpisodeTranscript]) -> dict[str, dict[str, int]
 
 def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertErrors,
                 n: int | None = None, split: str = "train", stage: int | None = None,
-                seed: int = 0) -> dict:
+                seed: int = 0, progress: bool = False) -> dict:
     """Run the expert on ``n`` questions and write per-agent JSONL plus ``summary.json``."""
+    from mgrpo.progress import progress_bar
+
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
+    questions = pick_questions(bench, split, n, stage, seed)
     episodes = [run_expert_episode(q, tools, errors, rng)
-                for q in pick_questions(bench, split, n, stage, seed)]
+                for q in progress_bar(questions, desc="demos", enabled=progress)]
     lines: dict[str, list[str]] = {}
     for ep in episodes:
         for record in ep.sft_records():

@@ -163,9 +163,9 @@ def train_sft(model, tokenizer, examples, config: SFTConfig | None = None,
             metrics["eval_loss"].append([step, loss])
 
     evaluate(0)
-    from tqdm.auto import tqdm
+    from mgrpo.progress import progress_bar
 
-    bar = tqdm(range(config.steps), desc="sft", disable=not progress)
+    bar = progress_bar(range(config.steps), desc="sft", enabled=progress)
     for step in bar:
         model.train()
         picks = torch.randint(len(train_set), (config.batch_size,), generator=gen).tolist()

@@ -75,17 +75,17 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
                           coder=cfg.coder_errors)
     tools = build_tools(bench, ["searcher", "coder"], tool_cfg=cfg.tools)
     summary = write_demos(bench, out / "demos", tools, errors, n=cfg.demos_per_agent,
-                          stage=cfg.stage, seed=cfg.seed)
+                          stage=cfg.stage, seed=cfg.seed, progress=True)
     files = {agent: out / "demos" / f"{agent}.jsonl" for agent in summary["records"]}
     # Sub-agents learn from every delegation the expert planner makes when it does not skip,
     # with their own error rates: the planner's skipping must not starve them of data.
     no_skip = errors.model_copy(update={"planner": type(errors.planner)()})
     write_demos(bench, out / "demos-subagents", tools, no_skip, n=cfg.demos_per_agent,
-                stage=cfg.stage, seed=cfg.seed + 1)
+                stage=cfg.stage, seed=cfg.seed + 1, progress=True)
     files["searcher"] = out / "demos-subagents" / "searcher.jsonl"
     if "coder" not in files:  # stage 1 never needs the coder: teach it on stage-2 tasks
         write_demos(bench, out / "demos-coder", tools, errors, n=cfg.demos_per_agent // 2,
-                    stage=2, seed=cfg.seed)
+                    stage=2, seed=cfg.seed, progress=True)
         files["coder"] = out / "demos-coder" / "coder.jsonl"
     _stamp(f"demonstrations: {summary['records']}, expert accuracy "
            f"{summary['accuracy']:.2f}", t0)

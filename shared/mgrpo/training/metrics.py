@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from mgrpo.progress import progress_bar
+
 
 class MetricsLogger:
     def __init__(self, out_dir: Path, enabled: bool = True):
@@ -34,7 +36,7 @@ class MetricsLogger:
 
     def progress(self, items: Iterable, desc: str) -> Iterator:
         items = list(items)
-        self._bar = tqdm(items, desc=desc, disable=not self.enabled, dynamic_ncols=True)
+        self._bar = progress_bar(items, desc=desc, enabled=self.enabled)
         return iter(self._bar)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
