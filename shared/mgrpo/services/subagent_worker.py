@@ -22,7 +22,7 @@ from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, build_tool, load_engine, refresh_weights
-from mgrpo.training.config import RunConfig
+from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
 from mgrpo.training.subagents import run_subagent_calls
 
@@ -83,7 +83,13 @@ class SubagentWorker:
             key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
             task=c.subtask, invocation=c.invocation, seed=self._call_seed(c),
             attempt=c.attempt) for c in calls]
-        outcomes = run_subagent_calls(self.runtime, library_calls, self.cfg.sampling)
+        outcomes: list = [None] * len(calls)
+        for round_id in dict.fromkeys(c.round_id for c in calls):
+            picked = [i for i, c in enumerate(calls) if c.round_id == round_id]
+            done = run_subagent_calls(self.runtime, [library_calls[i] for i in picked],
+                                      self._sampling(round_id))
+            for i, outcome in zip(picked, done, strict=True):
+                outcomes[i] = outcome
         for call, outcome in zip(calls, outcomes, strict=True):
             if call.round_id is not None and outcome.trajectory is not None \
                     and self._round_trains_me(call.round_id):
@@ -102,6 +108,15 @@ class SubagentWorker:
             record = self.store.get_round(round_id)
             self._round_configs[round_id] = record.config if record else {}
         return self._round_configs[round_id]
+
+    def _sampling(self, round_id: str | None) -> SamplingConfig:
+        """Inside a round, the round's own sampling settings (turn limits included), the
+        ones its planner worker and trainers read: one source of truth per round, whatever
+        config this service was started with. Outside a round (REST): the service's."""
+        config = self._round_config(round_id) if round_id is not None else {}
+        if "sampling" in config:
+            return SamplingConfig.model_validate(config["sampling"])
+        return self.cfg.sampling
 
     def _round_trains_me(self, round_id: str) -> bool:
         return self.model in self._round_config(round_id).get("trained_models", [])
