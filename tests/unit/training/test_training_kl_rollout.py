@@ -142,3 +142,31 @@ def test_rollout_is_reweights_the_policy_loss_by_the_truncated_ratio(tiny_dir):
     assert token["pg_loss"] == pytest.approx(w * plain["pg_loss"], rel=1e-4)
     seq = _update(tiny_dir, samples, rollout_is="sequence", rollout_is_threshold=1.0)
     assert seq["rollout_is_mean"] == pytest.approx(math.exp(-0.3 * 6), abs=1e-4)  # 6 tokens
+
+
+@pytest.mark.parametrize("algorithm", ["at_grpo", "grpo"])
+def test_kl_runs_for_every_embedded_algorithm(algorithm, tmp_path, tiny_dir, bench_dir):
+    cfg = RunConfig.model_validate(run_config_dict(
+        tmp_path, tiny_dir, bench_dir, algorithm=algorithm, loss={"kl_coef": 0.1},
+        stages=[{"stage": 1, "rounds": 1}]))
+    assert run_training(cfg, progress=False).rounds == 1  # main: "needs ref_logprobs"
+    (first,) = _round_metrics(tmp_path)
+    assert first["planner/kl"] == pytest.approx(0.0, abs=1e-7)  # at the starting weights
+    assert first["planner/entropy"] > 0
+
+
+def test_policy_update_refuses_kl_without_a_reference_and_builds_it_once(tiny_dir):
+    from types import SimpleNamespace
+
+    from mgrpo.training.reference import reference_for
+
+    model, tok = load_model(tiny_dir)
+    with pytest.raises(ValueError, match="kl_coef=0.1 needs the frozen reference model"):
+        policy_update(model, None, _sampled(model, tok, 1.0), ModelConfig(path=str(tiny_dir)),
+                      LossConfig(kl_coef=0.1), pad_id=tok.pad_token_id)
+    lm = SimpleNamespace(name="m", model=model, ref_model=None)
+    mcfg, on = ModelConfig(path=str(tiny_dir)), LossConfig(kl_coef=0.1)
+    assert reference_for(lm, mcfg, LossConfig()) is None  # KL off: nothing loaded
+    ref = reference_for(lm, mcfg, on)
+    assert ref is lm.ref_model and reference_for(lm, mcfg, on) is ref
+    assert ref is not model and not any(p.requires_grad for p in ref.parameters())
