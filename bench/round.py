@@ -201,7 +201,7 @@ def read_round(store, cfg, round_id: str, ckpt_root: str) -> RoundData:
     metrics, the trained models' token ids and v1 weights of a finished round of run
     ``cfg.name``. Frozen models are left out: no trainer ingests their trajectories in
     distributed mode, and they have no checkpoint."""
-    from mgrpo.models.checkpoint import load_checkpoint
+    from mgrpo.models.checkpoint import load_checkpoint, run_root
 
     trained = cfg.trained_models()
     outcomes = {(o.query_id, o.rollout): (o.format_ok, o.correct, o.reward)
@@ -210,7 +210,8 @@ def read_round(store, cfg, round_id: str, ckpt_root: str) -> RoundData:
              for s in store.read_group_stats(round_id) if s.n > 0 and s.model in trained}
     tokens = {t.traj_id: list(t.input_ids)
               for m in trained for t in store.round_trajectories(round_id, m)}
-    weights = {m: load_checkpoint(ckpt_root, m, version=1)[0] for m in trained}
+    weights = {m: load_checkpoint(run_root(ckpt_root, cfg.name), m, version=1)[0]
+               for m in trained}
     metrics = store.metrics(cfg.name, round_id).get(round_id, {})
     return RoundData(outcomes, stats, metrics, tokens, weights)
 

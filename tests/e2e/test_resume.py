@@ -77,7 +77,7 @@ def _cfg(setup, out: Path) -> RunConfig:
 def _weights(out: Path, model: str) -> dict[str, torch.Tensor]:
     from mgrpo.models.checkpoint import load_checkpoint
 
-    state, _ = load_checkpoint(str(out / "checkpoints"), model, version=ROUNDS)
+    state, _ = load_checkpoint(str(out / "checkpoints" / "resume"), model, version=ROUNDS)
     return state
 
 

@@ -135,8 +135,8 @@ class WeightsAnnouncement(_Message):
     sha256: str = Field(min_length=64, max_length=64)
     round_id: str | None = None
 
-    def default_key(self) -> str:
-        return f"{self.model}/{self.version}"
+    def default_key(self) -> str:  # versions are per run: the round tells runs apart
+        return f"{self.model}/{self.version}/{self.round_id or '-'}"
 
 
 class RoundCommand(_Message):

@@ -13,7 +13,7 @@ def sft(
     data: Path = typer.Option(..., "--data", help="JSONL of {agent, segments} transcripts."),
     out: Path = typer.Option(..., "--out", help="Checkpoint root (local path or fsspec URI)."),
     name: str = typer.Option("model", "--name", help="Checkpoint name under --out."),
-    version: int = typer.Option(0, "--version", help="Checkpoint version to write."),
+    version: int = typer.Option(0, "--version", help="Checkpoint version to write (new)."),
     agent: str | None = typer.Option(None, "--agent", help="Only this agent's examples."),
     steps: int = typer.Option(200, "--steps"),
     batch_size: int = typer.Option(16, "--batch-size"),
@@ -23,13 +23,16 @@ def sft(
 ) -> None:
     """Fine-tune on the agent's own tokens; prints eval loss; writes a checkpoint at the end."""
     from mgrpo.models import load_model
-    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.models.checkpoint import list_versions, save_checkpoint
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, train_sft
 
+    if version in list_versions(str(out), name):
+        raise typer.BadParameter(f"{out}/{name} has version {version} already; checkpoints are "
+                                 "written once: pass another --version", param_hint="--version")
     net, tokenizer = load_model(model, device=device)
     config = SFTConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, agent=agent)
     metrics = train_sft(net, tokenizer, load_sft_jsonl(data), config, progress=True)
-    uri = save_checkpoint(net, str(out), name, version, tokenizer=tokenizer, exist_ok=True,
+    uri = save_checkpoint(net, str(out), name, version, tokenizer=tokenizer,
                           extra={"sft": config.model_dump(), "eval_loss": metrics["eval_loss"]})
     summary = {"checkpoint": uri, "examples": metrics["examples"],
                "eval_loss": metrics["eval_loss"],

@@ -17,16 +17,29 @@ directory or a complete one; :func:`latest_version` only counts directories with
 and loading re-hashes every file, so a torn or corrupted checkpoint raises
 :class:`CheckpointError` and is never loaded.
 
-What it does NOT do: optimizer state, garbage-collect old versions or stale ``.tmp-*``
-folders, or lock against two writers of the same version (one trainer owns one model).
-On stores without an atomic rename (``memory://``, S3), ``mv`` is copy-then-delete; the
-manifest check still rejects a torn copy.
+Write once: a version directory is never rewritten in place. :func:`save_checkpoint` refuses
+an existing version (on local paths the final ``rename`` itself refuses a non-empty target,
+so two writers racing for one version cannot mix their files). A complete version that its
+owner never committed (the trainer records it in the store last; the embedded loop writes
+its state file last) is removed with :func:`discard_version`, which first renames it to a
+``.trash-*`` name, so no reader ever sees it half deleted. :func:`clean_leftovers` removes what
+killed writers leave behind (``.tmp-*`` and ``.trash-*`` entries); call it when the owner
+starts.
+
+Runs: a run's checkpoints live under its own root, :func:`run_root` (``{root}/{run_id}``),
+so two runs never share a version directory.
+
+What it does NOT do: optimizer state (``mgrpo.services.optimizer_state``), garbage-collect
+old versions, or lock against two writers of the same version (one trainer owns one model of
+one run). On stores without an atomic rename (``memory://``, S3), ``mv`` is copy-then-delete;
+the manifest check still rejects a torn copy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tempfile
 import time
@@ -46,6 +59,14 @@ class CheckpointError(RuntimeError):
 def _fs_and_path(uri: str):
     fs, path = fsspec.core.url_to_fs(uri)
     return fs, path.rstrip("/")
+
+
+def run_root(root_uri: str, run_id: str) -> str:
+    """The checkpoint root of one run: ``{root}/{run_id}`` (run ids are validated names)."""
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        raise CheckpointError(f"run id {run_id!r} cannot name a checkpoint folder; use letters, "
+                              "digits, '-', '_' or '.' (not first)")
+    return f"{root_uri.rstrip('/')}/{run_id}"
 
 
 def version_uri(root_uri: str, name: str, version: int) -> str:
@@ -95,21 +116,26 @@ def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, s
     return files, kind, aliases
 
 
+def _exists_error(name: str, version: int, final: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {name} v{version} already exists at {final}; a "
+                           "version is written once: save a new version (or discard_version "
+                           "one that was never committed)")
+
+
 def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=None,
-                    extra: dict | None = None, exist_ok: bool = False) -> str:
+                    extra: dict | None = None) -> str:
     """Write ``model`` (full weights, or only the adapter of a peft LoRA model) as
     ``{root}/{name}/v{version:06d}`` atomically; return that directory's URI.
 
-    ``extra`` (JSON-serialisable) goes into the manifest. An existing version raises
-    :class:`CheckpointError` unless ``exist_ok`` (then it is replaced, non-atomically).
+    ``extra`` (JSON-serialisable) goes into the manifest. An existing version (even a
+    partial one) raises :class:`CheckpointError`: versions are never rewritten in place.
     """
     if version < 0:
         raise CheckpointError(f"version={version} must be >= 0")
     fs, root = _fs_and_path(root_uri)
     final = f"{root}/{name}/v{version:06d}"
-    if fs.exists(f"{final}/{MANIFEST}") and not exist_ok:
-        raise CheckpointError(f"checkpoint {name} v{version} already exists at {final}; "
-                              "save a new version or pass exist_ok=True")
+    if fs.exists(final):
+        raise _exists_error(name, version, final)
     files, kind, aliases = _payload_files(model, tokenizer)
     tmp = f"{root}/{name}/.tmp-v{version:06d}-{uuid.uuid4().hex[:8]}"
     fs.makedirs(tmp, exist_ok=True)
@@ -122,10 +148,65 @@ def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=Non
                 "aliases": aliases, "created": time.time(), "extra": extra or {}}
     with fs.open(f"{tmp}/{MANIFEST}", "wb") as handle:
         handle.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
-    if fs.exists(final):
-        fs.rm(final, recursive=True)
-    fs.mv(tmp, final, recursive=True)
+    _publish(fs, tmp, final, name, version)
     return version_uri(root_uri, name, version)
+
+
+def _publish(fs, tmp: str, final: str, name: str, version: int) -> None:
+    """Rename the finished temp folder to its version name, refusing an existing one."""
+    if _is_local(fs):
+        try:
+            os.rename(tmp, final)  # atomic; fails (ENOTEMPTY/EEXIST) if final exists
+        except OSError as error:
+            fs.rm(tmp, recursive=True)
+            raise _exists_error(name, version, final) from error
+        return
+    if fs.exists(final):
+        fs.rm(tmp, recursive=True)
+        raise _exists_error(name, version, final)
+    fs.mv(tmp, final, recursive=True)
+
+
+def _is_local(fs) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def discard_version(root_uri: str, name: str, version: int) -> bool:
+    """Remove one version that its owner never committed (False if there is none).
+
+    The folder is first renamed to ``.trash-v{version}-{uuid}`` (atomic on local paths), then
+    deleted; a kill in between leaves only a ``.trash-*`` folder for :func:`clean_leftovers`.
+    Never call it on a version the store records: recorded versions are immutable.
+    """
+    fs, root = _fs_and_path(root_uri)
+    final = f"{root}/{name}/v{version:06d}"
+    if not fs.exists(final):
+        return False
+    trash = f"{root}/{name}/.trash-v{version:06d}-{uuid.uuid4().hex[:8]}"
+    fs.mv(final, trash, recursive=True)
+    fs.rm(trash, recursive=True)
+    return True
+
+
+LEFTOVER_MARKERS = (".tmp-", ".trash-")
+
+
+def clean_leftovers(root_uri: str, name: str) -> list[str]:
+    """Delete what killed writers left under ``{root}/{name}``: partial ``.tmp-*`` version
+    folders, half-deleted ``.trash-*`` ones and temp optimizer files (``*.tmp-*``). Returns
+    the removed names. Call it when the only writer of ``name`` (its trainer) starts."""
+    fs, root = _fs_and_path(root_uri)
+    base = f"{root}/{name}"
+    if not fs.exists(base):
+        return []
+    removed = []
+    for entry in fs.ls(base, detail=False):
+        leaf = entry.rstrip("/").rsplit("/", 1)[-1]
+        if leaf.startswith(LEFTOVER_MARKERS) or ".tmp-" in leaf:
+            fs.rm(entry.rstrip("/"), recursive=True)
+            removed.append(leaf)
+    return sorted(removed)
 
 
 def list_versions(root_uri: str, name: str) -> list[int]:

@@ -3,9 +3,10 @@ and the models it serves (loaded from the newest checkpoint the store knows).
 
 The services share ONE run config (``MGRPO_RUN_CONFIG``, a YAML ``RunConfig``); without it
 they use the defaults, each model at ``<MGRPO_MODELS_DIR>/<model>``. The store is the source
-of truth for weights: a worker asks it for the newest recorded checkpoint of its model
-(``refresh_weights``) before each batch, so it never swaps weights mid-episode and never
-depends on having heard an announcement.
+of truth for weights: a worker asks it for the newest recorded checkpoint of its model IN THE
+RUN of the work at hand (``refresh_weights``) before each batch, so it never swaps weights
+mid-episode, never samples from another run's weights, and never depends on having heard an
+announcement.
 
 What this module does NOT do: handle messages (``planner_worker``, ``subagent_worker``,
 ``trainer``) or HTTP (``api``).
@@ -13,6 +14,7 @@ What this module does NOT do: handle messages (``planner_worker``, ``subagent_wo
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,14 +111,73 @@ def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any
     return model, tokenizer, TorchEngine(model, tokenizer, device=device)
 
 
-def refresh_weights(store, engine, model_name: str) -> bool:
-    """Load the newest checkpoint the store records for ``model_name`` if it is newer than
-    the engine's; True if weights changed. Call between batches, never mid-episode."""
-    record = store.latest_checkpoint(model_name)
-    if record is None or record.version <= engine.version:
+def initial_weights(store, model_name: str, round_config: dict) -> str:
+    """Where a run starts, before its first checkpoint of ``model_name``: the checkpoint
+    ``round_config["init_from"]`` names (another run's: never implicit), else the model's own
+    folder (``models.<m>.path``). Returns that checkpoint's URI or the folder's path; cheap
+    (a store lookup), nothing is loaded."""
+    init = round_config.get("init_from") or None
+    if init:
+        record = (store.get_checkpoint(model_name, init["version"], run_id=init["run_id"])
+                  if init.get("version") else
+                  store.latest_checkpoint(model_name, run_id=init["run_id"]))
+        if record is not None:
+            return record.uri
+        if init.get("version"):
+            raise ValueError(f"init_from names {model_name} v{init['version']} of run "
+                             f"{init['run_id']!r}, which the store does not record; list "
+                             "them with GET /v1/checkpoints?run_id=...")
+    path = round_config.get("models", {}).get(model_name, {}).get("path")
+    if not path:
+        raise ValueError(f"the config of this run has no models.{model_name}.path to start "
+                         "from")
+    return path
+
+
+def folder_weights(source: str):
+    """What ``engine.load_weights`` takes for ``source``: a checkpoint version directory as
+    is (verified on load), a plain Hugging Face folder as its state dict."""
+    import fsspec
+
+    from mgrpo.models.checkpoint import MANIFEST
+
+    fs, path = fsspec.core.url_to_fs(source)
+    path = path.rstrip("/")
+    if fs.exists(f"{path}/{MANIFEST}"):
+        return source
+    # The safetensors files themselves: building a model here (from_pretrained) is not
+    # thread-safe, and several services may share a process (embedded mode, tests).
+    from safetensors.torch import load as st_load
+
+    index = f"{path}/model.safetensors.index.json"
+    shards = (sorted(set(json.loads(fs.cat_file(index))["weight_map"].values()))
+              if fs.exists(index) else ["model.safetensors"])
+    state: dict = {}
+    for shard in shards:
+        state.update(st_load(fs.cat_file(f"{path}/{shard}")))
+    return state
+
+
+def refresh_weights(store, engine, model_name: str, run_id: str,
+                    round_config: dict | None = None) -> bool:
+    """Put ``run_id``'s newest recorded checkpoint of ``model_name`` in the engine (or, before
+    the run has one, its :func:`initial_weights`); True if the weights changed. Weights of
+    another run are never used unless this run's ``init_from`` names them. Call between
+    batches, never mid-episode. ``engine.weights_of`` remembers the (run, source) loaded."""
+    record = store.latest_checkpoint(model_name, run_id=run_id)
+    if record is not None:
+        source, version = record.uri, record.version
+    else:
+        if round_config is None:
+            run = store.get_run(run_id)
+            round_config = dict(run.config) if run is not None else {}
+        source, version = initial_weights(store, model_name, round_config), 0
+    key = (run_id, source)
+    if getattr(engine, "weights_of", None) == key:
         return False
-    engine.load_weights(record.uri, record.version)
-    log.info("%s: loaded weights v%d from %s", model_name, record.version, record.uri)
+    engine.load_weights(folder_weights(source) if version == 0 else source, version)
+    engine.weights_of = key
+    log.info("%s: run %s samples from v%d (%s)", model_name, run_id, version, source)
     return True
 
 

@@ -8,6 +8,12 @@ and size go into the checkpoint's manifest (``extra["optimizer"]``), which is wr
 it, and the store records the checkpoint last; so a recorded checkpoint always vouches for
 its optimizer file, and a torn or swapped file is refused on load.
 
+Write once, like the weights: the file of a version whose directory exists is never
+rewritten (:class:`OptimizerStateError`), so a recorded checkpoint's moments cannot be swapped
+under its manifest. Before the version exists the file may be replaced (a retry after a kill),
+by an atomic rename. Temp files of killed writers (``*.optimizer.pt.tmp-*``) are removed by
+:func:`mgrpo.models.checkpoint.clean_leftovers`.
+
 What this module does NOT do: save weights (``mgrpo.models.checkpoint``), garbage-collect old
 files, or guess: a manifest that names an optimizer file which is missing or corrupted raises
 :class:`OptimizerStateError` instead of silently restarting Adam.
@@ -43,7 +49,13 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> 
 
     Returns ``{"file", "sha256", "size"}`` for the checkpoint manifest's ``extra``. Call it
     BEFORE ``save_checkpoint`` of the same version so the manifest can vouch for the file.
+    Raises :class:`OptimizerStateError` if that version directory exists already.
     """
+    fs, version_path = fsspec.core.url_to_fs(version_uri.rstrip("/"))
+    if fs.exists(version_path):
+        raise OptimizerStateError(
+            f"{version_uri} exists already: its optimizer state is never rewritten; save a "
+            "new version")
     buffer = io.BytesIO()
     torch.save(optimizer.state_dict(), buffer)
     data = buffer.getvalue()

@@ -17,6 +17,10 @@ needed, d_k is 0). A round that trains nothing (a curriculum filter) records no 
 ``done`` when its rollouts are complete. ``at_grpo`` never gets here (``start_round``
 refuses it).
 
+Runs: a batch may hold rounds of several runs; each run's episodes are played as their own
+batch, with THAT run's newest weights (``refresh_weights``), never another run's. REST
+queries and evaluations use the weights of the deployment's run (the run config's ``name``).
+
 What this module does NOT do: train, or load weights mid-batch (``refresh_weights`` runs
 before each batch only).
 """
@@ -89,7 +93,7 @@ class PlannerRuntime:
         model_name = cfg.agents["planner"]
         _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
                                            settings.engine)
-        refresh_weights(store, engine, model_name)
+        refresh_weights(store, engine, model_name, cfg.name, cfg.model_dump(mode="json"))
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer)
         queues = Queues(settings.queue_prefix)
@@ -128,11 +132,16 @@ class PlannerRuntime:
         return self._tools[key]
 
     def play(self, jobs: list[EpisodeJob], greedy: bool = False,
-             cfg: RunConfig | None = None) -> list[Episode]:
-        """Run episodes (with ``cfg``'s algorithm and sampling, default the service's);
-        weights are refreshed first and never during the run."""
+             cfg: RunConfig | None = None, run_id: str | None = None,
+             round_config: dict | None = None) -> list[Episode]:
+        """Run episodes of ONE run (default: the deployment's, ``cfg.name``) with ``cfg``'s
+        algorithm and sampling (default the service's) and that run's newest weights; they
+        are refreshed first and never during the run."""
+        if run_id is None:
+            run_id, round_config = self.cfg.name, self.cfg.model_dump(mode="json")
         with self.lock:
-            refresh_weights(self.store, self.runtime.engine, self.runtime.model)
+            refresh_weights(self.store, self.runtime.engine, self.runtime.model, run_id,
+                            round_config)
             self.dispatch.weights_version = self.runtime.engine.version
             return self.runner(cfg).run(jobs, greedy=greedy)
 
@@ -168,6 +177,7 @@ class PlannerWorker:
         store = self.p.store
         jobs: list[EpisodeJob] = []
         configs: dict[str, RunConfig] = {}  # round id -> the config its episodes run with
+        runs: dict[str, tuple[str, dict]] = {}  # round id -> (its run, its stored config)
         for task in messages:
             if isinstance(task, RoundCommand):
                 continue  # round commands are for trainers; nothing to do here
@@ -189,13 +199,17 @@ class PlannerWorker:
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
             configs.setdefault(task.round_id, round_config(record.config, self.p.cfg))
+            runs.setdefault(task.round_id, (record.run_id, record.config))
         if not jobs:
             return
-        by_algorithm: dict[str, list[EpisodeJob]] = {}
-        for job in jobs:  # one batched run per algorithm (a batch rarely mixes rounds)
-            by_algorithm.setdefault(configs[job.round_id].algorithm, []).append(job)
-        for group in by_algorithm.values():
-            for episode in self.p.play(group, greedy=False, cfg=configs[group[0].round_id]):
+        groups: dict[tuple[str, str], list[EpisodeJob]] = {}
+        for job in jobs:  # one batched run per (run, algorithm): a batch rarely mixes rounds
+            key = (runs[job.round_id][0], configs[job.round_id].algorithm)
+            groups.setdefault(key, []).append(job)
+        for (run_id, _), group in groups.items():
+            first = group[0].round_id
+            for episode in self.p.play(group, greedy=False, cfg=configs[first], run_id=run_id,
+                                       round_config=runs[first][1]):
                 self._finish(episode)
         for round_id in configs:
             if store.round_progress(round_id).done:

@@ -27,12 +27,35 @@ class RoundConflict(RuntimeError):
 
 
 class RoundRefused(ValueError):
-    """The run config asks for something distributed mode cannot do (the API answers 422)."""
+    """The round request is something distributed mode cannot do, or contradicts the store
+    (an ``init_from`` that cannot apply); the API answers 422."""
 
 
 # AT-GRPO branches K candidates from every turn's state; the services have no message for
 # "sample K continuations of this sub-agent state", so its trees cannot cross the bus yet.
 DISTRIBUTED_ALGORITHMS = ("mgrpo", "grpo")
+
+
+def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
+    """``init_from`` must name ANOTHER run that has checkpoints of every trained model (the
+    named version, if any), and applies only before this run has checkpoints of its own."""
+    init = cfg.init_from
+    if init is None:
+        return
+    if init.run_id == run_id:
+        raise RoundRefused(f"init_from names run {run_id!r} itself; a run continues from its "
+                           "own newest checkpoint without init_from")
+    own = [c.model for c in store.list_checkpoints(run_id=run_id)]
+    if own:
+        raise RoundRefused(f"run {run_id!r} has checkpoints already ({sorted(set(own))}); "
+                           "init_from only sets where a run starts: start a new run_id")
+    for model in cfg.trained_models():
+        found = (store.get_checkpoint(model, init.version, run_id=init.run_id)
+                 if init.version else store.latest_checkpoint(model, run_id=init.run_id))
+        if found is None:
+            what = f"v{init.version}" if init.version else "any checkpoint"
+            raise RoundRefused(f"init_from: run {init.run_id!r} has no {what} of {model}; "
+                               "list them with GET /v1/checkpoints?run_id=" + init.run_id)
 
 
 def round_id_of(run_id: str, index: int) -> str:
@@ -60,10 +83,13 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
 
     Returns the :class:`~mgrpo.store.records.RoundRecord`. Raises :class:`RoundConflict` if
     a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2), and
-    :class:`RoundRefused` for a config the services cannot run.
+    :class:`RoundRefused` for a config the services cannot run or an ``init_from`` that
+    cannot apply (:func:`check_init_from`). The run's workers and trainers use ITS newest
+    checkpoints only (versions are per run).
     """
     check_distributed(cfg)
     run_id = run_id or cfg.name
+    check_init_from(store, cfg, run_id)
     store.create_run(run_id, run_id, cfg.model_dump(mode="json"))
     existing = store.list_rounds(run_id)
     busy = [r.round_id for r in existing if r.status not in TERMINAL_ROUND_STATUSES]

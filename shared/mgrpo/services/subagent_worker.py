@@ -9,6 +9,10 @@ queue.
 Registration (``store.register_agent``) is what puts this sub-agent in the planner's header:
 adding a tool sub-agent is a run-config entry plus a deployment, no planner code.
 
+Runs: a call inside a round is played with the newest weights of THAT round's run
+(``refresh_weights``; a batch holding calls of several runs is played run by run); a call
+outside a round (REST) with the weights of the deployment's run (the run config's ``name``).
+
 What this module does NOT do: score (the trainer computes sub-agent rewards from the planner
 outcomes in the store) or load weights mid-batch.
 """
@@ -41,7 +45,7 @@ class SubagentWorker:
         self.model = cfg.agents.get(name, name)
         path = model_path or cfg.models[self.model].path
         _, tokenizer, engine = load_engine(path, settings.device, settings.engine)
-        refresh_weights(store, engine, self.model)
+        refresh_weights(store, engine, self.model, cfg.name, cfg.model_dump(mode="json"))
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
                                     description=description)
@@ -51,6 +55,7 @@ class SubagentWorker:
         self.calls_done = 0
         self._stop = threading.Event()
         self._round_configs: dict[str, dict] = {}
+        self._round_runs: dict[str, str] = {}
 
     def start(self) -> None:
         self.store.register_agent(self.name, self.model, self.queues.subagent(self.name),
@@ -78,7 +83,22 @@ class SubagentWorker:
                                 f"{self.name!r}, got {message.kind!r} for {target!r}; send "
                                 "it to its own queue")
             calls.append(message)
-        refresh_weights(self.store, self.runtime.engine, self.model)
+        by_run: dict[str, list[SubAgentCall]] = {}
+        for call in calls:
+            by_run.setdefault(self._run_of(call), []).append(call)
+        for run_id, run_calls in by_run.items():
+            self._play(run_id, run_calls)
+
+    def _run_of(self, call: SubAgentCall) -> str:
+        if call.round_id is None:
+            return self.cfg.name
+        self._round_config(call.round_id)
+        return self._round_runs.get(call.round_id, self.cfg.name)
+
+    def _play(self, run_id: str, calls: list[SubAgentCall]) -> None:
+        round_config = (self._round_config(calls[0].round_id) if calls[0].round_id is not None
+                        else self.cfg.model_dump(mode="json"))
+        refresh_weights(self.store, self.runtime.engine, self.model, run_id, round_config)
         library_calls = [SubagentCall(
             key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
             task=c.subtask, invocation=c.invocation, seed=self._call_seed(c),
@@ -107,6 +127,8 @@ class SubagentWorker:
         if round_id not in self._round_configs:
             record = self.store.get_round(round_id)
             self._round_configs[round_id] = record.config if record else {}
+            if record is not None:
+                self._round_runs[round_id] = record.run_id
         return self._round_configs[round_id]
 
     def _sampling(self, round_id: str | None) -> SamplingConfig:

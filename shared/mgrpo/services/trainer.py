@@ -7,8 +7,14 @@ its part of each round, train with the library, checkpoint, publish, announce.
 - Readiness (:func:`round_ready`): every rollout completed AND, for each role this model
   plays, the completing attempts' trajectories are all ingested: one per rollout for the
   planner, d_k per rollout for a sub-agent (d_k recorded by the planner worker).
+- Runs: before a round, the trainer switches to ITS run's newest recorded checkpoint,
+  weights AND optimizer state (Adam moments, saved next to each checkpoint by
+  :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest); a run without one
+  starts from its ``init_from`` (another run's checkpoint, only when named) or the model's
+  folder, with a fresh optimizer. Checkpoints go under the run's own root
+  (``{checkpoint_uri}/{run_id}/{model}/v{version:06d}``) and the store keys them by run.
 - Training: :func:`mgrpo.training.rounds.train_model` (rewards; the sub-agent side reads
-  r_correct_main from the store's planner outcomes), then an atomic checkpoint
+  r_correct_main from the store's planner outcomes), then an atomic, write-once checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, THEN the group statistics (the
   "published" marker the round waits for), then the weights announcement.
 - Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
@@ -17,11 +23,11 @@ its part of each round, train with the library, checkpoint, publish, announce.
   retrying it forever. Infrastructure errors (``mgrpo.bus.errors.is_transient``: store or
   broker unreachable) do not count: they are retried at the next poll.
 - Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
-  records, weights AND optimizer state (Adam moments, saved next to each checkpoint by
-  :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest). If that checkpoint
-  already belongs to the round, the update is not applied again (statistics are recomputed
-  and re-published, an overwrite); otherwise the round is trained from the previous weights
-  and optimizer state and the version's files are rewritten.
+  records. If that checkpoint already belongs to the round, the update is not applied again
+  (statistics are recomputed and re-published, an overwrite); otherwise the round is trained
+  from the previous weights and optimizer state. A recorded version is never rewritten;
+  leftovers of the killed write (temp folders, temp optimizer files, a complete version the
+  store never recorded) are removed when the trainer first works on the run.
 
 What this module does NOT do: train a frozen model (main-only ablation).
 """
@@ -38,7 +44,13 @@ import torch
 from mgrpo.bus.errors import is_transient
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage, WeightsAnnouncement
 from mgrpo.config import Settings
-from mgrpo.services.context import Queues, load_engine, trained_models
+from mgrpo.services.context import (
+    Queues,
+    folder_weights,
+    initial_weights,
+    load_engine,
+    trained_models,
+)
 from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
@@ -107,20 +119,66 @@ class TrainerService:
         self.lm: TrainedModel | None = None
         self._judge = None
         self._failures: dict[str, int] = {}  # round_id -> consecutive training errors
+        self._weights_of: tuple[str, str] | None = None  # (run, source) in self.lm
+        self._cleaned: set[str] = set()
 
     def load(self) -> None:
+        """Load the model's folder; the weights of a run are put in by :meth:`activate`."""
         model, tokenizer, engine = load_engine(self.cfg.models[self.model_name].path,
                                                self.settings.device)
-        record = self.store.latest_checkpoint(self.model_name)
         optimizer = (None if self.frozen else
                      torch.optim.Adam(model.parameters(), lr=self.cfg.models[self.model_name].lr))
-        if record is not None:
-            engine.load_weights(record.uri, record.version)
-            moments = optimizer is not None and load_optimizer_state(optimizer, record.uri)
-            log.info("trainer %s: resumed from v%d (%s)", self.model_name, record.version,
-                     "with its optimizer state" if moments else "fresh optimizer state")
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
+
+    def run_root(self, run_id: str) -> str:
+        from mgrpo.models.checkpoint import run_root
+
+        return run_root(self.settings.checkpoint_uri, run_id)
+
+    def activate(self, run_id: str, round_config: dict | None = None) -> None:
+        """Put ``run_id``'s newest recorded checkpoint (weights + optimizer state) in the
+        model, or, before the run has one, its initial weights with a fresh optimizer. A
+        no-op when they are in already. The first time, removes the leftovers of killed
+        writes of this model in this run."""
+        from mgrpo.models.checkpoint import clean_leftovers, discard_version, list_versions
+
+        lm, store = self.lm, self.store
+        record = store.latest_checkpoint(lm.name, run_id=run_id)
+        if run_id not in self._cleaned:
+            root = self.run_root(run_id)
+            removed = clean_leftovers(root, lm.name)
+            recorded = {c.version for c in store.list_checkpoints(lm.name, run_id=run_id)}
+            for version in list_versions(root, lm.name):
+                if version not in recorded:  # written, never committed: a killed trainer's
+                    discard_version(root, lm.name, version)
+                    removed.append(f"v{version:06d}")
+            if removed:
+                log.info("trainer %s: removed leftovers of killed writes in run %s: %s",
+                         lm.name, run_id, removed)
+            self._cleaned.add(run_id)
+        if round_config is None:
+            run = store.get_run(run_id)
+            round_config = dict(run.config) if run is not None else {}
+        source = record.uri if record is not None else initial_weights(store, lm.name,
+                                                                       round_config)
+        if self._weights_of == (run_id, source):
+            return
+        lr = round_config.get("models", {}).get(lm.name, {}).get(
+            "lr", self.cfg.models[lm.name].lr)
+        if lm.optimizer is not None:
+            lm.optimizer = torch.optim.Adam(lm.model.parameters(), lr=lr)
+        if record is not None:
+            lm.engine.load_weights(record.uri, record.version)
+            moments = lm.optimizer is not None and load_optimizer_state(lm.optimizer, record.uri)
+            log.info("trainer %s: run %s resumes from v%d (%s)", lm.name, run_id,
+                     record.version, "with its optimizer state" if moments else
+                     "fresh optimizer state")
+        else:
+            lm.engine.load_weights(folder_weights(source), 0)
+            log.info("trainer %s: run %s starts from %s", lm.name, run_id, source)
+        lm.version = lm.engine.version
+        self._weights_of = (run_id, source)
 
     def start(self) -> None:
         if self.lm is None:
@@ -177,6 +235,7 @@ class TrainerService:
             try:
                 self.train_round(record)
             except Exception as error:  # noqa: BLE001 - counted, then the round fails
+                self._weights_of = None  # maybe half-updated: the retry reloads from the store
                 if is_transient(error):  # the store or broker is down: not the round's fault
                     raise
                 self._round_failed(record, error)
@@ -206,7 +265,8 @@ class TrainerService:
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
-        already = store.latest_checkpoint(lm.name)
+        self.activate(record.run_id, record.config)
+        already = store.latest_checkpoint(lm.name, run_id=record.run_id)
         applied = already is not None and already.round_id == round_id
         optimizer, lm.optimizer = lm.optimizer, (None if applied else lm.optimizer)
         lm.model.train()
@@ -217,8 +277,8 @@ class TrainerService:
             lm.optimizer = optimizer
             lm.model.eval()
         if not applied:
-            self.save_checkpoint(version, round_id)
-        record_ck = store.latest_checkpoint(lm.name)
+            self.save_checkpoint(version, round_id, record.run_id)
+        record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
             store.publish_group_stats(round_id, lm.name, self.roles[0],
@@ -236,22 +296,24 @@ class TrainerService:
                  len(trajs), record_ck.version)
         return metrics
 
-    def save_checkpoint(self, version: int, round_id: str | None) -> str:
-        """Optimizer state, then the weights (atomic; the manifest names the optimizer file
-        and its sha256), then the store record: a checkpoint is recorded only when complete.
-        Returns the version directory's URI."""
+    def save_checkpoint(self, version: int, round_id: str | None, run_id: str) -> str:
+        """Optimizer state, then the weights (atomic, write-once; the manifest names the
+        optimizer file and its sha256, and the parent the update started from), then the
+        store record: a checkpoint is recorded only when complete. Returns its URI."""
         from mgrpo.models.checkpoint import MANIFEST, save_checkpoint, version_uri
 
-        lm = self.lm
-        extra: dict = {"round_id": round_id}
+        lm, root = self.lm, self.run_root(run_id)
+        extra: dict = {"round_id": round_id, "run_id": run_id,
+                       "parent": self._weights_of[1] if self._weights_of else None}
         if lm.optimizer is not None:
-            extra["optimizer"] = save_optimizer_state(
-                lm.optimizer, version_uri(self.settings.checkpoint_uri, lm.name, version))
-        uri = save_checkpoint(lm.model, self.settings.checkpoint_uri, lm.name, version,
-                              tokenizer=lm.tokenizer, extra=extra, exist_ok=True)
+            extra["optimizer"] = save_optimizer_state(lm.optimizer,
+                                                      version_uri(root, lm.name, version))
+        uri = save_checkpoint(lm.model, root, lm.name, version, tokenizer=lm.tokenizer,
+                              extra=extra)
         self.store.record_checkpoint(lm.name, version, uri, _sha256(f"{uri}/{MANIFEST}"),
-                                     round_id=round_id)
+                                     round_id=round_id, run_id=run_id)
         lm.engine.version = lm.version = version
+        self._weights_of = (run_id, uri)
         return uri
 
     def judge(self, cfg: RunConfig):

@@ -152,15 +152,20 @@ class GroupStat(Base):
 
 
 class Checkpoint(Base):
+    """One written-once checkpoint version of a model IN A RUN: versions are per run, so two
+    runs never share (or overwrite) a version; ``sha256`` is the manifest file's."""
+
     __tablename__ = "checkpoints"
     id: Mapped[int] = mapped_column(PK, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ID, default="", server_default="")
     model: Mapped[str] = mapped_column(String(100))
     version: Mapped[int] = mapped_column(Integer)
     uri: Mapped[str] = mapped_column(Text)
     sha256: Mapped[str] = mapped_column(String(64))
     round_id: Mapped[str | None] = mapped_column(ID)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    __table_args__ = (UniqueConstraint("model", "version", name="uq_checkpoints_key"),)
+    __table_args__ = (UniqueConstraint("run_id", "model", "version",
+                                       name="uq_checkpoints_key"),)
 
 
 class Agent(Base):

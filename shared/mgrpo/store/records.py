@@ -124,6 +124,7 @@ class DCount(_Record):
 
 
 class CheckpointRecord(_Record):
+    run_id: str = ""
     model: str
     version: int
     uri: str

@@ -16,31 +16,64 @@ from mgrpo.store.models import Agent, Checkpoint, Metric, ProcessedMessage, utcn
 from mgrpo.store.records import AgentRecord, CheckpointRecord
 
 
+class CheckpointConflict(ValueError):
+    """A (run, model, version) is already recorded with another file: versions are written
+    once, so two different checkpoints under one key mean something overwrote files."""
+
+
 class RegistryMixin(StoreBase):
     def record_checkpoint(self, model: str, version: int, uri: str, sha256: str,
-                          round_id: str | None = None) -> bool:
-        """Record a written checkpoint; False if (model, version) was already recorded."""
+                          round_id: str | None = None, run_id: str = "") -> bool:
+        """Record a written checkpoint of ``model`` in ``run_id``; True if new, False if this
+        exact record (same uri and sha256) exists already (a retry).
+
+        Raises :class:`CheckpointConflict` when (run_id, model, version) is recorded with
+        another sha256 or uri: a recorded version is immutable, never silently kept or
+        replaced.
+        """
         if len(sha256) != 64:
             raise ValueError(f"sha256 {sha256!r} of {model} v{version} is not a 64-character "
                              "hex digest; pass hashlib.sha256(...).hexdigest()")
-        stmt = self._insert(Checkpoint).values(model=model, version=version, uri=uri,
-                                               sha256=sha256, round_id=round_id,
+        stmt = self._insert(Checkpoint).values(run_id=run_id, model=model, version=version,
+                                               uri=uri, sha256=sha256, round_id=round_id,
                                                created_at=utcnow())
         with self._tx() as session:
-            return self._written(session, stmt.on_conflict_do_nothing(
-                index_elements=["model", "version"])) == 1
+            if self._written(session, stmt.on_conflict_do_nothing(
+                    index_elements=["run_id", "model", "version"])) == 1:
+                return True
+            row = session.scalars(select(Checkpoint).where(
+                Checkpoint.run_id == run_id, Checkpoint.model == model,
+                Checkpoint.version == version)).one()
+            if (row.sha256, row.uri) != (sha256, uri):
+                raise CheckpointConflict(
+                    f"checkpoint {model} v{version} of run {run_id!r} is already recorded "
+                    f"(sha256 {row.sha256[:12]}..., {row.uri}); refusing sha256 "
+                    f"{sha256[:12]}..., {uri}: a version is written once, save a new one")
+            return False
 
-    def latest_checkpoint(self, model: str) -> CheckpointRecord | None:
-        stmt = (select(Checkpoint).where(Checkpoint.model == model)
+    def latest_checkpoint(self, model: str, run_id: str = "") -> CheckpointRecord | None:
+        """The newest recorded version of ``model`` in ``run_id`` (never another run's)."""
+        stmt = (select(Checkpoint).where(Checkpoint.model == model, Checkpoint.run_id == run_id)
                 .order_by(Checkpoint.version.desc()).limit(1))
         with self._tx() as session:
             row = session.scalars(stmt).first()
             return CheckpointRecord.model_validate(row) if row else None
 
-    def list_checkpoints(self, model: str | None = None) -> list[CheckpointRecord]:
-        stmt = select(Checkpoint).order_by(Checkpoint.model, Checkpoint.version)
+    def get_checkpoint(self, model: str, version: int, run_id: str = "") -> CheckpointRecord | None:
+        stmt = select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.model == model,
+                                        Checkpoint.version == version)
+        with self._tx() as session:
+            row = session.scalars(stmt).first()
+            return CheckpointRecord.model_validate(row) if row else None
+
+    def list_checkpoints(self, model: str | None = None,
+                         run_id: str | None = None) -> list[CheckpointRecord]:
+        stmt = select(Checkpoint).order_by(Checkpoint.run_id, Checkpoint.model,
+                                           Checkpoint.version)
         if model is not None:
             stmt = stmt.where(Checkpoint.model == model)
+        if run_id is not None:
+            stmt = stmt.where(Checkpoint.run_id == run_id)
         with self._tx() as session:
             return [CheckpointRecord.model_validate(row) for row in session.scalars(stmt)]
 

@@ -168,6 +168,18 @@ class TrainingMixin(StoreBase):
         with self._tx() as session:
             return set(session.scalars(stmt))
 
+    def published_models_by_round(self, round_ids: Sequence[str]) -> dict[str, set[str]]:
+        """:meth:`published_models` of many rounds in one query (round lists)."""
+        out: dict[str, set[str]] = {round_id: set() for round_id in round_ids}
+        if not out:
+            return out
+        stmt = (select(GroupStat.round_id, GroupStat.model)
+                .where(GroupStat.round_id.in_(list(out))).distinct())
+        with self._tx() as session:
+            for round_id, model in session.execute(stmt):
+                out[round_id].add(model)
+        return out
+
     def record_d_counts(self, agent: str, round_id: str, counts: Sequence[DCount]) -> int:
         """Record observed d_k per rollout attempt for one sub-agent type; returns how many
         were new (first write of an attempt wins).

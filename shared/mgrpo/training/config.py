@@ -121,8 +121,24 @@ class JudgeConfig(StrictModel):
     max_new_tokens: int = Field(4, ge=1)
 
 
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$"
+
+
+class InitFrom(StrictModel):
+    """Start a run from ANOTHER run's weights; without it a run starts from each model's
+    ``path``. (To start from a folder, point ``models.<m>.path`` at it: a checkpoint version
+    directory is itself a Hugging Face folder.)"""
+
+    run_id: str = Field(pattern=RUN_ID_PATTERN, description="The run to start from.")
+    version: int | None = Field(
+        None, ge=1, description="That run's checkpoint version (None: its newest).")
+
+
 class RunConfig(StrictModel):
-    name: str = "run"
+    name: str = Field("run", pattern=RUN_ID_PATTERN,
+                      description="Run id: checkpoints are kept per run, under this name.")
+    init_from: InitFrom | None = Field(
+        None, description="Start from another run's weights (never implicit).")
     seed: int = 0
     algorithm: Algorithm = Field(
         "mgrpo", description="mgrpo: planner + sub-agents, per-agent groups with alignment. "

@@ -1,7 +1,13 @@
+import sys
+from pathlib import Path
+
 import pytest
 
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
+
+# store_contracts: the checks shared with the SQLite tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "store"))
 
 
 @pytest.fixture(scope="session")

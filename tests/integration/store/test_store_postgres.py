@@ -126,3 +126,16 @@ def test_concurrent_ingestion_processes_exact_counts(pg_store, pg_database_url, 
     assert sum(new for new, _ in outcomes) == 25
     assert sum(claimed for _, claimed in outcomes) == 25
     assert pg_store.count_trajectories(unique_name) == 25
+
+
+def test_checkpoint_conflict_raises_and_versions_are_per_run(pg_store, unique_name):
+    from store_contracts import checkpoint_contract
+
+    checkpoint_contract(pg_store, unique_name)
+
+
+def test_migration_0002_gives_old_checkpoints_their_run(postgres_url):
+    from store_contracts import migration_0002_contract
+
+    with temporary_database(postgres_url) as url:
+        migration_0002_contract(url)

@@ -18,7 +18,12 @@ from mgrpo.models import (
     load_model,
     save_checkpoint,
 )
-from mgrpo.models.checkpoint import list_versions, read_checkpoint_dir
+from mgrpo.models.checkpoint import (
+    clean_leftovers,
+    discard_version,
+    list_versions,
+    read_checkpoint_dir,
+)
 
 
 def _perturbed(model, scale=0.01, seed=0):
@@ -68,14 +73,36 @@ def test_flipped_byte_raises_checkpoint_error(tiny, tmp_path):
         load_checkpoint(str(tmp_path), "planner", 1)
 
 
-def test_existing_version_is_not_silently_overwritten(tiny, tmp_path):
+def test_existing_version_is_never_rewritten(tiny, tmp_path):
     model, _ = tiny
-    save_checkpoint(model, str(tmp_path), "planner", 1)
+    uri = save_checkpoint(model, str(tmp_path), "planner", 1)
+    before = (Path(uri) / "manifest.json").read_bytes()
     with pytest.raises(CheckpointError, match="already exists"):
-        save_checkpoint(model, str(tmp_path), "planner", 1)
-    save_checkpoint(_perturbed(model), str(tmp_path), "planner", 1, exist_ok=True)
+        save_checkpoint(_perturbed(model), str(tmp_path), "planner", 1)
+    assert (Path(uri) / "manifest.json").read_bytes() == before
+    assert not [p for p in (tmp_path / "planner").iterdir() if p.name.startswith(".tmp-")]
+    # A version its owner never committed is discarded first (rename, then delete).
+    assert discard_version(str(tmp_path), "planner", 1)
+    assert list_versions(str(tmp_path), "planner") == []
+    save_checkpoint(model, str(tmp_path), "planner", 1)
     state, _ = load_checkpoint(str(tmp_path), "planner", 1)
     assert torch.equal(state["model.norm.weight"], model.state_dict()["model.norm.weight"])
+
+
+def test_clean_leftovers_removes_what_killed_writers_left(tiny, tmp_path):
+    model, _ = tiny
+    root = str(tmp_path)
+    save_checkpoint(model, root, "planner", 1)
+    base = tmp_path / "planner"
+    (base / ".tmp-v000002-deadbeef").mkdir()
+    (base / ".tmp-v000002-deadbeef" / "model.safetensors").write_bytes(b"torn")
+    (base / ".trash-v000003-cafe0000").mkdir()
+    (base / "v000002.optimizer.pt.tmp-0badf00d").write_bytes(b"torn")
+    (base / "v000001.optimizer.pt").write_bytes(b"kept")
+    assert clean_leftovers(root, "planner") == [
+        ".tmp-v000002-deadbeef", ".trash-v000003-cafe0000", "v000002.optimizer.pt.tmp-0badf00d"]
+    assert sorted(p.name for p in base.iterdir()) == ["v000001", "v000001.optimizer.pt"]
+    assert load_checkpoint(root, "planner")[1]["version"] == 1
 
 
 def test_no_checkpoint_gives_a_clear_error(tmp_path):
@@ -140,6 +167,78 @@ def test_writer_killed_mid_save_leaves_previous_version_loadable(tiny, tiny_dir,
     assert manifest["version"] == 1
     with pytest.raises(CheckpointError, match="not completely written"):
         read_checkpoint_dir(leftovers[0])
+
+
+_REWRITER = textwrap.dedent("""
+    # The trainer's write sequence (optimizer state, then weights) aimed at an EXISTING
+    # version, as a second run or a retried round used to do; hangs at the first write.
+    import sys, time, torch
+    import mgrpo.models.checkpoint as ck
+    import mgrpo.services.optimizer_state as opt
+    from mgrpo.models import load_model
+    model, _ = load_model(sys.argv[1])
+    for p in model.parameters():
+        p.data.add_(0.5)
+    adam = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
+    adam.step()
+    if sys.argv[3] == "hang":
+        real_url_to_fs = opt.fsspec.core.url_to_fs
+        class Hang:
+            def __init__(self, fs): self.fs = fs
+            def __getattr__(self, name): return getattr(self.fs, name)
+            def mv(self, *a, **k):
+                print("WRITING", flush=True)
+                time.sleep(60)
+        def hanging(uri, **kw):
+            fs, path = real_url_to_fs(uri, **kw)
+            return Hang(fs), path
+        opt.fsspec.core.url_to_fs = hanging
+        ck.fsspec.core.url_to_fs = hanging
+    root = sys.argv[2]
+    try:
+        extra = {"optimizer": opt.save_optimizer_state(adam, ck.version_uri(root, "planner", 1))}
+        ck.save_checkpoint(model, root, "planner", 1, extra=extra)
+    except (ck.CheckpointError, opt.OptimizerStateError) as error:
+        print("REFUSED", error, flush=True)
+        sys.exit(0)
+    print("REWROTE", flush=True)
+""")
+
+
+@pytest.mark.parametrize("mode", ["complete", "hang"])
+def test_rewriting_a_recorded_version_is_refused_even_when_killed(tiny, tiny_dir, tmp_path,
+                                                                 mode):
+    """Issue 16 item 4: a second writer of a recorded version (the rewrite path) left it
+    unloadable or its optimizer state failing verification. Now nothing of v1 changes: the
+    rewrite is refused before any byte is written; ``hang`` kills the writer if it gets to
+    a rename (the old code did)."""
+    from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
+
+    model, _ = tiny
+    root = str(tmp_path / "ck")
+    adam = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
+    adam.step()
+    extra = {"optimizer": save_optimizer_state(adam, f"{root}/planner/v000001")}
+    uri = save_checkpoint(model, root, "planner", 1, extra=extra)
+    files = {p.name: p.read_bytes() for p in Path(uri).iterdir()}
+    moments = Path(f"{uri}.optimizer.pt").read_bytes()
+    proc = subprocess.Popen([sys.executable, "-c", _REWRITER, str(tiny_dir), root, mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().strip()
+        if line == "WRITING":
+            os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert line.startswith("REFUSED"), (line, proc.stderr.read()[-2000:])
+    assert {p.name: p.read_bytes() for p in Path(uri).iterdir()} == files
+    assert Path(f"{uri}.optimizer.pt").read_bytes() == moments
+    state, _ = load_checkpoint(root, "planner", 1)
+    assert torch.equal(state["model.norm.weight"], model.state_dict()["model.norm.weight"])
+    fresh = torch.optim.Adam(model.parameters(), lr=0.1)
+    assert load_optimizer_state(fresh, uri)
 
 
 def test_lora_checkpoint_stores_only_adapter_weights(tiny, tiny_dir, tmp_path):

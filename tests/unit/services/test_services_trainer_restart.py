@@ -27,9 +27,13 @@ def deployment(tmp_path):
     store.close()
 
 
+RUN = "svc"
+
+
 def start(settings, cfg, store) -> TrainerService:
     trainer = TrainerService(settings, cfg, store, bus=None, model="searcher")
     trainer.load()
+    trainer.activate(RUN, cfg.model_dump(mode="json"))
     return trainer
 
 
@@ -58,7 +62,7 @@ def test_restart_restores_optimizer_state_and_continues_exactly(deployment):
     first = start(settings, cfg, store)
     for _ in range(3):
         step(first)
-    first.save_checkpoint(1, round_id=None)
+    first.save_checkpoint(1, round_id=None, run_id=RUN)
 
     second = start(settings, cfg, store)  # the "restarted" trainer
     assert second.lm.version == 1
@@ -87,7 +91,7 @@ def test_corrupted_optimizer_state_is_refused(deployment):
     settings, cfg, store = deployment
     first = start(settings, cfg, store)
     step(first)
-    uri = first.save_checkpoint(1, round_id=None)
+    uri = first.save_checkpoint(1, round_id=None, run_id=RUN)
     path = optimizer_state_uri(uri)
     with open(path, "r+b") as handle:
         handle.seek(-1, 2)
@@ -96,3 +100,26 @@ def test_corrupted_optimizer_state_is_refused(deployment):
         handle.write(bytes([last[0] ^ 0xFF]))
     with pytest.raises(OptimizerStateError, match="corrupted"):
         start(settings, cfg, store)
+
+
+def test_trainer_removes_leftovers_of_killed_writes(deployment):
+    """A trainer killed mid-save leaves a temp folder, a temp optimizer file, or a complete
+    version it never recorded; the next trainer of the run removes them (issue 16 item 4)
+    and resumes from the recorded version."""
+    from pathlib import Path
+
+    from mgrpo.models.checkpoint import save_checkpoint
+
+    settings, cfg, store = deployment
+    first = start(settings, cfg, store)
+    step(first)
+    first.save_checkpoint(1, round_id=None, run_id=RUN)
+    step(first)
+    folder = Path(first.run_root(RUN)) / "searcher"
+    save_checkpoint(first.lm.model, first.run_root(RUN), "searcher", 2)  # never recorded
+    (folder / ".tmp-v000003-0000aaaa").mkdir()
+    (folder / "v000003.optimizer.pt.tmp-0000bbbb").write_bytes(b"torn")
+    second = start(settings, cfg, store)
+    assert sorted(p.name for p in folder.iterdir()) == ["v000001", "v000001.optimizer.pt"]
+    assert second.lm.version == 1
+    assert [c.version for c in store.list_checkpoints("searcher", run_id=RUN)] == [1]

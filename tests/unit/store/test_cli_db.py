@@ -1,6 +1,7 @@
 from typer.testing import CliRunner
 
 from mgrpo.cli.main import app
+from mgrpo.store.migrate import head_revision
 
 
 def test_db_upgrade_then_current(tmp_path):
@@ -11,6 +12,7 @@ def test_db_upgrade_then_current(tmp_path):
     assert "current: (none" in before.output
     result = runner.invoke(app, ["db", "upgrade", "--url", url])
     assert result.exit_code == 0, result.output
-    assert "database at revision 0001" in result.output
+    head = head_revision()
+    assert f"database at revision {head}" in result.output
     after = runner.invoke(app, ["db", "current", "--url", url])
-    assert "current: 0001" in after.output and "head:    0001" in after.output
+    assert f"current: {head}" in after.output and f"head:    {head}" in after.output

@@ -32,7 +32,7 @@ def test_upgrade_reaches_head_and_is_repeatable(tmp_path):
     assert store.current_revision() is None
     store.upgrade()
     store.upgrade()
-    assert store.current_revision() == head_revision() == "0001"
+    assert store.current_revision() == head_revision() == "0002"
 
 
 def test_unsupported_url_is_refused_with_the_fix():
@@ -135,14 +135,21 @@ def test_group_stats_publish_and_republish(store):
 
 
 def test_checkpoints_latest_version(store):
-    assert store.latest_checkpoint("planner") is None
+    assert store.latest_checkpoint("planner", run_id="a") is None
     for version in (1, 3, 2):
-        assert store.record_checkpoint("planner", version, f"file:///c/{version}", "a" * 64)
-    assert not store.record_checkpoint("planner", 3, "file:///other", "b" * 64)
-    latest = store.latest_checkpoint("planner")
-    assert (latest.version, latest.uri) == (3, "file:///c/3")
+        assert store.record_checkpoint("planner", version, f"file:///c/{version}", "a" * 64,
+                                       run_id="a")
+    assert not store.record_checkpoint("planner", 3, "file:///c/3", "a" * 64, run_id="a")
+    latest = store.latest_checkpoint("planner", run_id="a")
+    assert (latest.version, latest.uri, latest.run_id) == (3, "file:///c/3", "a")
     with pytest.raises(ValueError, match="64-character"):
-        store.record_checkpoint("planner", 4, "u", "abc")
+        store.record_checkpoint("planner", 4, "u", "abc", run_id="a")
+
+
+def test_checkpoint_conflict_raises_and_versions_are_per_run(store):
+    from store_contracts import checkpoint_contract
+
+    checkpoint_contract(store, "planner")
 
 
 def test_agent_registry_and_heartbeat(store):
@@ -235,3 +242,9 @@ def test_concurrent_ingestion_from_threads_gives_exact_rows(store):
         thread.join()
     assert sum(results) == 30
     assert store.count_trajectories() == 30
+
+
+def test_migration_0002_gives_old_checkpoints_their_run(tmp_path):
+    from store_contracts import migration_0002_contract
+
+    migration_0002_contract(f"sqlite:///{tmp_path}/old.db")

@@ -69,3 +69,65 @@ def test_auto_d_reads_this_runs_history_only(tmp_path, tiny_dir, bench_dir):
     own = store.d_counts("searcher", run_id=cfg.name)
     assert len(own) == cfg.queries_per_round * cfg.k and max(own) < 9
     assert metrics["searcher/d"] == choose_d(cfg, own)
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def test_runs_in_one_out_dir_keep_their_own_checkpoints(tmp_path, tiny_dir, bench_dir):
+    """Issue 11 item 2 in embedded mode: run b in run a's out_dir rewrote a's
+    ``checkpoints/planner/v000001``. Now each run has its own versions; b starts from its
+    model folder, or from a's weights only when ``init_from`` says so. Run a starts from a
+    copy of the tiny model shifted by 0.5, so "whose weights" is a distance."""
+    import json
+
+    import torch
+
+    from mgrpo.models import load_model
+    from mgrpo.models.checkpoint import load_checkpoint
+
+    shifted, tokenizer = load_model(tiny_dir)
+    with torch.no_grad():
+        for param in shifted.parameters():
+            param.add_(0.5)
+    shifted.save_pretrained(tmp_path / "shifted")
+    tokenizer.save_pretrained(tmp_path / "shifted")
+    one = {"stages": [{"stage": 1, "rounds": 1}]}
+    cfg_a = run_config_dict(tmp_path, tiny_dir, bench_dir, name="a", **one)
+    for model in cfg_a["models"].values():
+        model["path"] = str(tmp_path / "shifted")
+    run_a = RunConfig.model_validate(cfg_a)
+    run_training(run_a, progress=False)
+    root = tmp_path / "run" / "checkpoints"
+    a_files = _files(root / "a")
+    assert {"planner/v000001/manifest.json", "coder/v000001/manifest.json"} <= set(a_files)
+    state_a, _ = load_checkpoint(str(root / "a"), "planner", 1)
+    base = load_model(tiny_dir)[0].state_dict()
+    assert _max_diff(state_a, base) > 0.4
+
+    run_b = RunConfig.model_validate(run_config_dict(tmp_path, tiny_dir, bench_dir, name="b",
+                                                     **one))
+    run_training(run_b, progress=False)
+    assert _files(root / "a") == a_files
+    state_b, _ = load_checkpoint(str(root / "b"), "planner", 1)
+    assert _max_diff(state_b, base) < 0.1  # from its own folder, not from a's weights
+    assert json.loads((tmp_path / "run" / "state.json").read_text())["run_id"] == "b"
+
+    with pytest.raises(FileExistsError, match="already has checkpoints"):
+        run_training(run_a, progress=False)  # a again, not resumed: never rewritten
+    assert _files(root / "a") == a_files
+
+    fork = RunConfig.model_validate({**run_config_dict(tmp_path, tiny_dir, bench_dir,
+                                                       name="fork", **one),
+                                     "init_from": {"run_id": "a"}})
+    run_training(fork, progress=False)
+    state_f, manifest = load_checkpoint(str(root / "fork"), "planner", 1)
+    assert manifest["extra"]["run_id"] == "fork"
+    assert _max_diff(state_f, state_a) < 0.1 < 0.4 < _max_diff(state_f, base)
+    assert _files(root / "a") == a_files

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from mgrpo.training.config import InitFrom
 from mgrpo.validation import StrictModel
 
 NAME_MAX = 80
@@ -79,6 +80,9 @@ class RoundIn(_In):
     queries_per_round: int | None = Field(None, ge=1, le=4096, description="B (default: "
                                           "config); at most the training pool's size.")
     k: int | None = Field(None, ge=2, le=64, description="Rollouts per query (default: config).")
+    init_from: InitFrom | None = Field(
+        None, description="Start a NEW run from another run's checkpoints (default: the "
+        "config's init_from, else each model's folder). Never implicit.")
 
 
 class RoundOut(BaseModel):
@@ -122,6 +126,7 @@ class AgentOut(BaseModel):
 
 
 class CheckpointOut(BaseModel):
+    run_id: str
     model: str
     version: int
     uri: str

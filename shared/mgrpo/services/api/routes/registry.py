@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from mgrpo.services.api.deps import State
-from mgrpo.services.api.schemas import MAX_AGE_S, AgentOut, CheckpointOut, ModelName
+from mgrpo.services.api.schemas import MAX_AGE_S, AgentOut, CheckpointOut, ModelName, RunId
 
 router = APIRouter(tags=["registry"])
 
@@ -21,8 +21,11 @@ def list_agents(state: State, alive_within_s: Annotated[float | None, Query(
 
 
 @router.get("/v1/checkpoints", response_model=list[CheckpointOut],
-            summary="Recorded checkpoints")
+            summary="Recorded checkpoints (each a version of a model in a run)")
 def list_checkpoints(state: State, model: Annotated[ModelName | None, Query(
-        description="Only this model's checkpoints (a model name, not a path).")] = None
+        description="Only this model's checkpoints (a model name, not a path).")] = None,
+                     run_id: Annotated[RunId | None, Query(
+        description="Only this run's checkpoints (versions are per run).")] = None
                      ) -> list[CheckpointOut]:
-    return [CheckpointOut(**c.model_dump()) for c in state.store.list_checkpoints(model)]
+    return [CheckpointOut(**c.model_dump())
+            for c in state.store.list_checkpoints(model, run_id=run_id)]

@@ -30,7 +30,8 @@ def _summary(state, round_id: str) -> RoundOut:
 
 def _start(state, body: RoundIn) -> RoundOut:
     overrides = {k: v for k, v in {"queries_per_round": body.queries_per_round,
-                                   "k": body.k}.items() if v is not None}
+                                   "k": body.k, "init_from": body.init_from}.items()
+                 if v is not None}
     cfg = state.cfg.model_copy(update=overrides)
     bench = state.benchmark()
     stage = cfg.stages[0].stage if cfg.stages else None
@@ -56,13 +57,16 @@ async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
 
 
 @router.get("", response_model=list[RoundOut],
-            summary="List rounds (newest last); progress, published models and metrics "
-                    "only on GET /v1/rounds/{round_id}")
+            summary="List rounds (newest last) with their trained and published models; "
+                    "progress and metrics only on GET /v1/rounds/{round_id}")
 def list_rounds(state: State, run_id: Annotated[RunId | None, Query()] = None
                 ) -> list[RoundOut]:
+    rounds = state.store.list_rounds(run_id)
+    published = state.store.published_models_by_round([r.round_id for r in rounds])
     return [RoundOut(**r.model_dump(exclude={"config"}),
-                     trained_models=r.config.get("trained_models", []))
-            for r in state.store.list_rounds(run_id)]
+                     trained_models=r.config.get("trained_models", []),
+                     published_models=sorted(published[r.round_id]))
+            for r in rounds]
 
 
 @router.get("/{round_id}", response_model=RoundOut, responses=errors(404),
