@@ -28,7 +28,7 @@ from kombu import Connection, Consumer, Queue
 
 log = logging.getLogger(__name__)
 
-RECONNECT_MAX_DELAY_S = 5.0
+RECONNECT_MAX_DELAY_S = 2.0
 # AMQP heartbeat of consumer connections: a silently dead broker (a partition, not a restart:
 # a restart closes the socket and is noticed at once) is noticed within ~2 intervals. Heartbeats
 # are sent between drains only, so a handler that runs longer than that loses the connection and

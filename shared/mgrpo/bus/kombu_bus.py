@@ -54,6 +54,10 @@ class KombuBus:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.consumers: list[ConsumerState] = []
+        # (since, why) while publishes fail to reach the broker: a worker blocked in a
+        # publish is not consuming either, even if its consumer has not noticed yet
+        self._publish_down: tuple[float, str] | None = None
+        self._retry = {**RETRY_POLICY, "errback": self._publish_failed}
         self.declare_queue(dead_letter_queue(dead_letter_queue_name))
 
     def work_queue(self, name: str) -> Queue:
@@ -63,7 +67,8 @@ class KombuBus:
         """Declare ``queue`` (again after a reconnect: kombu forgets its cache then)."""
         with self._publish_lock:
             self._connection.ensure(self._producer, lambda: self._producer.maybe_declare(
-                queue), max_retries=None, interval_max=5)()
+                queue), **self._retry)()
+            self._publish_down = None
 
     def publish(self, queue: str, message: Message) -> None:
         self.publish_raw(queue, to_wire(message), message_id=message.message_id)
@@ -76,7 +81,8 @@ class KombuBus:
                 body, exchange=WORK_EXCHANGE, routing_key=queue, delivery_mode=2,
                 content_type=content_type, content_encoding="utf-8",
                 message_id=message_id or uuid.uuid4().hex, declare=[self.work_queue(queue)],
-                retry=True, retry_policy=RETRY_POLICY)
+                retry=True, retry_policy=self._retry)
+            self._publish_down = None
 
     def dead_letter(self, queue: str, body: str | bytes, reason: str) -> None:
         """Publish a refused message to the dead-letter queue, keeping why and from where."""
@@ -86,7 +92,8 @@ class KombuBus:
                 content_type="application/json", content_encoding="utf-8",
                 headers={REASON_HEADER: reason[:4000], SOURCE_QUEUE_HEADER: queue},
                 declare=[dead_letter_queue(self.dead_letter_queue_name)], retry=True,
-                retry_policy=RETRY_POLICY)
+                retry_policy=self._retry)
+            self._publish_down = None
 
     def consume(self, queue: str, handler: Handler, *, consumer: str = "") -> None:
         self._start(self.work_queue(queue), handler, consumer or queue)
@@ -96,7 +103,8 @@ class KombuBus:
             self._producer.publish(to_wire(announcement), exchange=WEIGHTS, routing_key="",
                                    delivery_mode=2, content_type="application/json",
                                    content_encoding="utf-8", declare=[WEIGHTS], retry=True,
-                                   retry_policy=RETRY_POLICY)
+                                   retry_policy=self._retry)
+            self._publish_down = None
 
     def subscribe_weights(self, handler: Handler, *, consumer: str = "") -> None:
         """Bind a private auto-delete queue to the fanout; it exists while this bus lives."""
@@ -149,8 +157,18 @@ class KombuBus:
         """Why some consumer of this bus is not consuming: its thread died, or it has been
         disconnected for ``grace_s`` or longer. Empty: every consumer consumes."""
         stopping = self._stop.is_set()
-        return [problem for state in self.consumers
-                if (problem := state.problem(grace_s, stopping)) is not None]
+        problems = [problem for state in self.consumers
+                    if (problem := state.problem(grace_s, stopping)) is not None]
+        down = self._publish_down
+        if down is not None and not stopping and time.monotonic() - down[0] >= grace_s:
+            problems.append(f"publisher: cannot reach the broker for "
+                            f"{time.monotonic() - down[0]:.0f} s ({down[1]})")
+        return problems
+
+    def _publish_failed(self, error: BaseException, interval: float) -> None:
+        """kombu's errback while a publish retries: remember since when it fails."""
+        since = self._publish_down[0] if self._publish_down else time.monotonic()
+        self._publish_down = (since, f"{type(error).__name__}: {error}")
 
     def dead_letters(self, limit: int = 1000) -> list[DeadLetter]:
         """Take (and ack) up to ``limit`` messages off the dead-letter queue."""

@@ -115,3 +115,46 @@ def test_nul_byte_in_traj_id_is_malformed_and_the_consumer_lives(postgres_url, r
             bus.close()
             store.close()
             delete_queues(rabbitmq_url, queue, dlq)
+
+
+def test_dlq_cli_lists_and_replays_once_the_cause_is_fixed(rabbitmq_url, unique_name):
+    import os
+    import subprocess
+    import sys
+
+    prefix = f"{unique_name}."
+    queue, dlq = f"{prefix}subagent.coder", f"{prefix}mgrpo.dead_letter"
+    bus = KombuBus(rabbitmq_url, dead_letter_queue_name=dlq)
+    fixed = threading.Event()
+    handled: list[str] = []
+
+    def handler(message) -> None:
+        if not fixed.is_set():
+            raise LookupError(f"round {message.round_id!r} is not in the store")
+        handled.append(message.round_id)
+
+    env = {**os.environ, "MGRPO_BROKER_URL": rabbitmq_url, "MGRPO_QUEUE_PREFIX": prefix}
+
+    def mgrpo(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mgrpo.cli.main", "dlq", *argv], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    try:
+        bus.consume(queue, handler, consumer="subagent-coder")
+        bus.publish(queue, RoundCommand(command="train", run_id="r", round_id="late"))
+        assert wait_for(lambda: len(bus.peek_dead_letters()) == 1)
+        listed = mgrpo("list")
+        assert listed.returncode == 0, listed.stderr
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert [(r["queue"], r["kind"]) for r in rows] == [(queue, "round_command")]
+        assert "LookupError" in rows[0]["reason"]
+        assert len(bus.peek_dead_letters()) == 1  # listing leaves it there
+        fixed.set()
+        replayed = mgrpo("replay")
+        assert replayed.returncode == 0, replayed.stderr
+        assert "replayed 1 dead letter(s)" in replayed.stderr
+        assert wait_for(lambda: handled == ["late"]), handled
+        assert bus.peek_dead_letters() == []
+    finally:
+        bus.close()
+        delete_queues(rabbitmq_url, queue, dlq)

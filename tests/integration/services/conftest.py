@@ -52,6 +52,19 @@ def assets(tmp_path_factory):
 @pytest.fixture
 def deployment(postgres_url, rabbitmq_url, unique_name, assets, tmp_path):
     """(env, store, Services): a fresh database and queue prefix for ONE test."""
+    yield from _deploy(postgres_url, rabbitmq_url, unique_name, assets, tmp_path)
+
+
+@pytest.fixture
+def private_deployment(private_postgres, private_rabbitmq, unique_name, assets, tmp_path):
+    """Like ``deployment``, on the PRIVATE PostgreSQL and RabbitMQ (tests that restart them):
+    (env, store, Services, postgres, rabbitmq)."""
+    for env, store, services in _deploy(private_postgres.url, private_rabbitmq.url,
+                                        unique_name, assets, tmp_path):
+        yield env, store, services, private_postgres, private_rabbitmq
+
+
+def _deploy(postgres_url, rabbitmq_url, unique_name, assets, tmp_path):
     tiny, bench = assets
     cfg_path = write_run_config(tmp_path / "run.yaml", tiny, bench, name=unique_name, k=2,
                                 queries=3)

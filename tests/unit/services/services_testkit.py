@@ -9,6 +9,7 @@ the real tiny model from the same folder.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
 import socket
@@ -37,6 +38,8 @@ class ScriptedPolicy:
         self.version = version
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        # MGRPO_TEST_GENERATE_DELAY_S: slow rounds down, so a restart test lands mid-round
+        time.sleep(float(os.environ.get("MGRPO_TEST_GENERATE_DELAY_S", "0")))
         out = []
         for req in requests:
             text = self.tokenizer.decode(req.prompt_ids, skip_special_tokens=False)
