@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from celery import Celery
 
+from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, encode_message
 from mgrpo.bus.names import (
@@ -95,6 +96,8 @@ def register_task(app: Celery, name: str, handler: Handler, *, dedupe: Dedupe | 
     @app.task(name=name, bind=True, acks_late=True, reject_on_worker_lost=True)
     def task(self, payload) -> str:
         outcome = process_payload(payload, handler, dedupe=dedupe, consumer=consumer or name)
+        if outcome.status == "retry":  # infrastructure down (mgrpo.bus.errors): run it later
+            raise self.retry(countdown=RETRY_DELAY_S, max_retries=None)
         if outcome.status == "dead_letter":
             source = (self.request.delivery_info or {}).get("routing_key", "")
             _publish_dead_letter(app, payload, outcome.reason or "", source)
