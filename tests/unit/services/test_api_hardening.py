@@ -95,7 +95,7 @@ def test_a_round_larger_than_the_training_pool_is_refused(api):
                                                     "queries_per_round": pool + 1},
                           headers=AUTH)
     assert response.status_code == 422, response.text
-    assert f"training pool ({pool} questions" in response.json()["detail"]
+    assert f"training pool ({pool} questions" in response.json()["message"]
     assert httpx.get(f"{url}/v1/rounds", params={"run_id": "too-big"}).json() == []
 
 

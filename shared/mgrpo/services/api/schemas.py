@@ -52,7 +52,8 @@ class ErrorOut(BaseModel):
 def errors(*codes: int) -> dict:
     """OpenAPI ``responses`` for the refusals a route can give (every code it can return is
     documented: the schemathesis test checks it)."""
-    why = {401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
+    why = {400: "The body is not valid JSON (e.g. not UTF-8)",
+           401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
            403: "Wrong token, or mutating endpoints disabled (no token configured)",
            404: "No such round", 409: "A round of this run is still in progress",
            413: "Request body larger than MGRPO_MAX_BODY_BYTES",

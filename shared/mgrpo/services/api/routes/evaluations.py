@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 
@@ -17,7 +19,11 @@ router = APIRouter(prefix="/v1/evaluations", tags=["evaluations"])
 def evaluate(state, body: EvaluationIn) -> EvaluationOut:
     questions = state.benchmark().questions(body.split)[: body.n_questions]
     planner = state.planner_runtime()
-    jobs = [EpisodeJob(q, f"query-eval-{q.id}", 0, mix_seed("eval", q.id)) for q in questions]
+    # a fresh id per evaluation: sub-agents drop a call id they have answered before, so a
+    # second evaluation of the same questions used to wait out every delegation's time-out
+    run = uuid.uuid4().hex[:8]
+    jobs = [EpisodeJob(q, f"query-eval{run}-{q.id}", 0, mix_seed("eval", q.id))
+            for q in questions]
     episodes = planner.play(jobs, greedy=body.greedy)
     verifier, weights = ExactMatchVerifier(), state.cfg.rewards.planner
     correct = [score_episode(ep.answer, ep.format_ok, ep.job.question.answer, verifier,
@@ -29,7 +35,7 @@ def evaluate(state, body: EvaluationIn) -> EvaluationOut:
 
 
 @router.post("", response_model=EvaluationOut, summary="Evaluate the current weights",
-             responses=errors(401, 403, 413, 429))
+             responses=errors(400, 401, 403, 413, 429))
 async def post_evaluation(body: EvaluationIn, state: State, _: Authorized) -> EvaluationOut:
     if state.evaluating:  # one at a time: each holds the planner for its whole length
         raise HTTPException(429, "an evaluation is already running; retry when it is done",

@@ -44,6 +44,8 @@ def _broker_ok(url: str) -> str:
         return f"{type(error).__name__}: {error}"
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+            responses={200: {"content": {"text/plain": {}},
+                             "description": "Prometheus text exposition format"}})
 def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -33,6 +33,6 @@ async def answer_query(state, body: QueryIn) -> QueryOut:
 
 
 @router.post("", response_model=QueryOut, summary="Answer a question (answer + full trace)",
-             responses=errors(401, 403, 413, 429))
+             responses=errors(400, 401, 403, 413, 429))
 async def post_query(body: QueryIn, state: State, _: Authorized) -> QueryOut:
     return await answer_query(state, body)

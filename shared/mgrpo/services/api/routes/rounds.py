@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 
 from mgrpo.services.api.deps import Authorized, State
 from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
@@ -37,9 +38,11 @@ def _start(state, body: RoundIn) -> RoundOut:
     stage = cfg.stages[0].stage if cfg.stages else None
     pool = len(bench.questions("train", stage=stage))
     if cfg.queries_per_round > pool:
-        raise HTTPException(422, f"queries_per_round={cfg.queries_per_round} is larger than the "
-                            f"training pool ({pool} questions in {cfg.bench_dir!r}, split "
-                            f"train); ask for at most {pool}")
+        raise RequestValidationError([{
+            "loc": ("body", "queries_per_round"), "type": "value_error",
+            "msg": f"queries_per_round={cfg.queries_per_round} is larger than the training "
+                   f"pool ({pool} questions in {cfg.bench_dir!r}, split train); ask for at "
+                   f"most {pool}"}])
     try:
         record = start_round(state.store, state.bus, cfg, state.queues, run_id=body.run_id,
                              bench=bench)
@@ -50,7 +53,8 @@ def _start(state, body: RoundIn) -> RoundOut:
     return _summary(state, record.round_id)
 
 
-@router.post("", response_model=RoundOut, status_code=201, responses=errors(401, 403, 409, 413),
+@router.post("", response_model=RoundOut, status_code=201,
+             responses=errors(400, 401, 403, 409, 413),
              summary="Start a training round: B queries x K rollouts enqueued")
 async def post_round(body: RoundIn, state: State, _: Authorized) -> RoundOut:
     return await run_in_threadpool(_start, state, body)
