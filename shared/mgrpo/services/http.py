@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 async def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
     """422 with the fields at fault and one readable ``message``. The input itself is never
     echoed back: it may be 10 MB of code, or not even encodable UTF-8."""
-    detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in err.errors()]
+    detail = [{"loc": list(e["loc"]), "msg": e["msg"].removeprefix("Value error, "),
+               "type": e["type"]} for e in err.errors()]  # our validators' text, as written
     message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
     return JSONResponse(status_code=422, content={"detail": detail, "message": message})
 

@@ -58,6 +58,9 @@ def test_bad_input_gets_422_with_a_message(client):
     assert response.status_code == 422 and "k" in response.json()["message"]
     response = client.post("/v1/rounds", json={"bogus": 1}, headers=AUTH)
     assert response.status_code == 422 and "bogus" in response.json()["message"]
+    response = client.post("/v1/rounds", json={"kk": 4}, headers=AUTH)  # a typo: the hint
+    assert response.status_code == 422
+    assert response.json()["message"] == "body: unknown key 'kk' (did you mean 'k'?)"
 
 
 def test_unknown_round_is_404(client):
