@@ -27,6 +27,7 @@ from parity_kit import load_bench_round
 bench_round = load_bench_round()
 
 B, K = 6, 4
+SEED = 6  # as in test_services_parity.py: varied rewards and searcher calls
 VARIANTS = ("grpo", "main-only", "curriculum")
 
 
@@ -35,9 +36,9 @@ def rounds(request, tmp_path_factory, warm_assets):
     """(variant, embedded RoundData, services' RoundData, config) of one variant."""
     root = tmp_path_factory.mktemp(request.param)
     make = bench_round.make_config
-    emb = bench_round.embedded_round(make(warm_assets, root / "emb", b=B, k=K,
+    emb = bench_round.embedded_round(make(warm_assets, root / "emb", b=B, k=K, seed=SEED,
                                           variant=request.param))
-    cfg = make(warm_assets, root / "svc-out", b=B, k=K, variant=request.param)
+    cfg = make(warm_assets, root / "svc-out", b=B, k=K, seed=SEED, variant=request.param)
     svc = bench_round.inprocess_round(cfg, root / "svc")
     return request.param, emb, svc, cfg
 
