@@ -78,6 +78,7 @@ bench: venv
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/round.py
+	$(BIN)/python bench/api_load.py
 
 clean:
 	rm -rf runs .pytest_cache

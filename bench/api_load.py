@@ -1,0 +1,182 @@
+"""Load test of the planner API's POST /v1/queries: throughput, p50/p99, refusals, /healthz.
+
+Starts the planner API as a child process on loopback (SQLite store, in-memory bus, the
+searcher and coder sub-agents in the same process, a freshly initialised tiny Qwen2 model
+for all three agents on the real TorchEngine, so each query is real model work), then runs
+``--clients`` concurrent clients that post queries back to back for ``--seconds`` while a
+probe calls ``/healthz`` every 0.2 s. Stops by itself and kills the server. Writes JSON to
+stdout and bench/results/api_load.json, with the load average before and after: the
+machine is shared, so the figures say what happened on it then, not what the API can do.
+
+    python bench/api_load.py [--clients 20 200] [--seconds 20] [--in-flight 16] [--batch 8]
+
+It does NOT measure distributed mode (RabbitMQ, separate worker processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "bench-token"
+QUESTIONS = ["What is the population of Velmora?", "add 2 and 3",
+             "Who founded Qualar Works?", "How many employees does Qualar Works have?"]
+
+
+def serve(workdir: Path, port: int, in_flight: int, batch: int) -> None:
+    """The child: build the tiny model, the bench and the app, then serve until killed."""
+    import uvicorn
+    import yaml
+
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.config import Settings
+    from mgrpo.envs import BenchmarkConfig, build_benchmark
+    from mgrpo.models import TinyModelConfig, init_tiny
+    from mgrpo.services.api.app import create_app
+    from mgrpo.services.api.deps import ApiState
+    from mgrpo.services.context import load_service_config, open_store
+    from mgrpo.services.subagent_worker import SubagentWorker
+
+    tiny = init_tiny(workdir / "tiny", TinyModelConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, vocab_size=400))
+    bench = workdir / "bench"
+    build_benchmark(BenchmarkConfig(seed=0, n_train=60, n_dev=20, n_test=20)).save(bench)
+    config = {"name": "load", "seed": 0, "k": 2, "queries_per_round": 2,
+              "models": {m: {"path": str(tiny)} for m in ("planner", "searcher", "coder")},
+              "bench_dir": str(bench), "out_dir": str(workdir / "out"),
+              "sampling": {"planner_max_turns": 3, "subagent_max_turns": 2,
+                           "max_new_tokens": 16}}
+    (workdir / "run.yaml").write_text(yaml.safe_dump(config))
+    settings = Settings(mode="distributed", database_url=f"sqlite:///{workdir}/store.db",
+                        run_config=str(workdir / "run.yaml"), api_token=TOKEN,
+                        max_queries_in_flight=in_flight, query_batch_size=batch,
+                        checkpoint_uri=str(workdir / "ckpt"))
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = InMemoryBus(store)
+    for name, tool in (("searcher", "search"), ("coder", "python")):
+        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    uvicorn.run(create_app(ApiState(settings, cfg, store, bus)), host="127.0.0.1", port=port,
+                log_level="warning")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def load(url: str, clients: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    health: list[float] = []
+    health_failures = 0
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+
+        async def client(i: int) -> None:
+            n = 0
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    r = await http.post("/v1/queries", headers=auth,
+                                        json={"question": QUESTIONS[(i + n) % len(QUESTIONS)]})
+                    statuses[r.status_code] += 1
+                    if r.status_code == 200:
+                        latencies.append(time.perf_counter() - started)
+                    elif r.status_code == 429:  # back off as told, as a polite client would
+                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                except httpx.HTTPError as error:
+                    statuses[type(error).__name__] += 1
+                n += 1
+
+        async def probe() -> None:
+            nonlocal health_failures
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    r = await http.get("/healthz", timeout=5)
+                    health.append(time.perf_counter() - started)
+                    health_failures += r.status_code != 200
+                except httpx.HTTPError:
+                    health_failures += 1
+                await asyncio.sleep(0.2)
+
+        started = time.perf_counter()
+        await asyncio.gather(probe(), *(client(i) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+    return {"clients": clients, "seconds": round(elapsed, 1),
+            "answered": statuses.get(200, 0),
+            "throughput_per_s": round(statuses.get(200, 0) / elapsed, 2),
+            "p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99),
+            "statuses": {str(k): v for k, v in sorted(statuses.items(), key=str)},
+            "errors_other_than_429": sum(v for k, v in statuses.items() if k not in (200, 429)),
+            "healthz_probes": len(health), "healthz_failures": health_failures,
+            "healthz_max_s": max(health) if health else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[20, 200])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--serve", nargs=2, metavar=("WORKDIR", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(Path(args.serve[0]), int(args.serve[1]), args.in_flight, args.batch)
+        return
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as workdir:
+        server = subprocess.Popen([sys.executable, __file__, "--serve", workdir, str(port),
+                                   "--in-flight", str(args.in_flight), "--batch",
+                                   str(args.batch)], env={**os.environ, "OMP_NUM_THREADS": "1"})
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            # warm-up: the first query loads the planner's model
+            httpx.post(f"{url}/v1/queries", json={"question": QUESTIONS[0]}, timeout=300,
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+            runs = [asyncio.run(load(url, clients, args.seconds)) for clients in args.clients]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    result = {"in_flight": args.in_flight, "batch": args.batch, "cpus": os.cpu_count(),
+              "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "runs": runs}
+    for run in runs:
+        for key in ("p50_s", "p99_s", "healthz_max_s"):
+            run[key] = None if run[key] is None else round(run[key], 3)
+    text = json.dumps(result, indent=2)
+    print(text)
+    out = ROOT / "bench" / "results" / "api_load.json"
+    out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
