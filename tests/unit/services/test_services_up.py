@@ -17,3 +17,32 @@ def test_up_starts_one_process_per_service(tmp_path):
                                           "python", "--model", "/m/tiny"]
     assert sorted(n for n in commands if n.startswith("trainer-")) == [
         "trainer-planner", "trainer-searcher"]
+
+
+def test_single_agent_runs_without_subagent_services(tmp_path):
+    """algorithm: grpo: the planner worker plays every role inline (issue 10 item 3)."""
+    import yaml
+
+    cfg = write_run_config(tmp_path / "run.yaml", Path("/m/tiny"), tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data.update(algorithm="grpo", models={"single": {"path": "/m/tiny"}},
+                agents=dict.fromkeys(["planner", "searcher", "coder"], "single"))
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    names = [n for n, _ in service_commands(str(cfg), 8123)]
+    assert names == ["planner", "planner-worker", "trainer-single"]
+
+
+def test_preflight_refuses_at_grpo(tmp_path):
+    """The services cannot run AT-GRPO: ``up`` says so before starting anything."""
+    import pytest
+    import yaml
+
+    from mgrpo.cli.errors import UserError
+    from mgrpo.cli.up import preflight
+
+    cfg = write_run_config(tmp_path / "run.yaml", Path("/m/tiny"), tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data["algorithm"] = "at_grpo"
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(UserError, match="at_grpo.*cannot run distributed"):
+        preflight(str(cfg), 8123)
