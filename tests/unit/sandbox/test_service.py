@@ -112,3 +112,17 @@ def test_a_huge_body_is_413_before_it_is_read():
     assert declared == (413, 0)  # answered without waiting for a single body byte
     assert streamed[0] == 413 and streamed[1] < len(chunks) * len(chunks[0]) // 4
     assert small.json()["stdout"] == "1\n"
+
+
+@pytest.mark.parametrize("body, status", [
+    (b'{"code": "print(1)\\u0000"}', 200),  # fails to compile: an 'error' result, not a 500
+    (b'{"code": "print(1)", "timeout_s": NaN}', 422),
+    (b'{"code": "print(1)", "timeout_s": 1e400}', 422),
+    (b'{"code": "print(1)", "memory_mb": 1e400}', 422),
+])
+def test_hostile_values_get_an_answer_not_a_500(service_url, body, status):
+    resp = httpx.post(f"{service_url}/v1/execute", content=body,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == status, resp.text
+    if status == 200:
+        assert resp.json()["status"] == "error"

@@ -152,3 +152,14 @@ def test_queries_beyond_the_limit_get_429_while_health_and_reads_answer(api):
     assert max(kit.PLANNER_BATCHES) >= 2
     assert state.batcher.in_flight == 0
     assert math.isfinite(state.batcher.last_batch_s)
+
+
+def test_a_second_evaluation_of_the_same_questions_answers(api):
+    """Sub-agents drop a call id they answered before; evaluations used fixed ids, so the
+    second one waited out every delegation's 300 s time-out."""
+    url = api[0]
+    body = {"n_questions": 3, "split": "test"}
+    first = httpx.post(f"{url}/v1/evaluations", json=body, headers=AUTH, timeout=120)
+    second = httpx.post(f"{url}/v1/evaluations", json=body, headers=AUTH, timeout=120)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert first.json() == second.json()  # same questions, same seeds, same weights
