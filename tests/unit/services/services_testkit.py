@@ -87,14 +87,14 @@ PLANNER_BATCHES: list[int] = []  # rows of each planner generate call
 
 
 class GatedPolicy(ScriptedPolicy):
-    """The scripted policy, but the planner's turns wait for ``PLANNER_GATE`` (at most 60 s):
+    """The scripted policy, but the planner's turns wait for ``PLANNER_GATE`` (at most 300 s):
     a model slow enough that queries pile up, for backpressure tests."""
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         first = self.tokenizer.decode(requests[0].prompt_ids, skip_special_tokens=False)
         if "<|planner|>" in first:
             PLANNER_BATCHES.append(len(requests))
-            PLANNER_GATE.wait(timeout=60)
+            PLANNER_GATE.wait(timeout=300)
         return super().generate(requests)
 
 
