@@ -42,6 +42,9 @@ def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
     init = cfg.init_from
     if init is None:
         return
+    if init.out_dir is not None:
+        raise RoundRefused("init_from.out_dir is for embedded runs; the services' runs all "
+                           "live under MGRPO_CHECKPOINT_URI: drop out_dir")
     if init.run_id == run_id:
         raise RoundRefused(f"init_from names run {run_id!r} itself; a run continues from its "
                            "own newest checkpoint without init_from")

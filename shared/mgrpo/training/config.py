@@ -132,6 +132,9 @@ class InitFrom(StrictModel):
     run_id: str = Field(pattern=RUN_ID_PATTERN, description="The run to start from.")
     version: int | None = Field(
         None, ge=1, description="That run's checkpoint version (None: its newest).")
+    out_dir: str | None = Field(
+        None, description="Embedded mode: the out_dir of that run (default: this run's). "
+        "Distributed runs all live under MGRPO_CHECKPOINT_URI: leave it unset.")
 
 
 class RunConfig(StrictModel):

@@ -51,13 +51,15 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_dirs(cfg: RunConfig, run_id: str | None = None) -> tuple[str, Path]:
-    """(checkpoint root, optimizer folder) of run ``run_id`` (default: ``cfg.name``)."""
+def run_dirs(cfg: RunConfig, run_id: str | None = None,
+             out_dir: str | None = None) -> tuple[str, Path]:
+    """(checkpoint root, optimizer folder) of run ``run_id`` (default: ``cfg.name``) in
+    ``out_dir`` (default: ``cfg.out_dir``)."""
     from mgrpo.models.checkpoint import run_root
 
-    run_id = run_id or cfg.name
-    root = run_root(str(Path(cfg.out_dir) / "checkpoints"), run_id)
-    return root, Path(cfg.out_dir) / "optim" / run_id
+    run_id, out_dir = run_id or cfg.name, out_dir or cfg.out_dir
+    root = run_root(str(Path(out_dir) / "checkpoints"), run_id)
+    return root, Path(out_dir) / "optim" / run_id
 
 
 def _save_state(system: System, round_index: int) -> None:
@@ -137,7 +139,7 @@ def _start_weights(system: System, resume: bool) -> int:
             f"run {cfg.name!r} already has checkpoints of {taken} in {cfg.out_dir}; versions "
             "are written once: resume it (--resume), or pick another name or out_dir")
     if cfg.init_from is not None:
-        source_root, _ = run_dirs(cfg, cfg.init_from.run_id)
+        source_root, _ = run_dirs(cfg, cfg.init_from.run_id, cfg.init_from.out_dir)
         for lm in system.models.values():
             version = cfg.init_from.version or latest_version(source_root, lm.name)
             if version is None:

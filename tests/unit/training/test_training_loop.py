@@ -131,3 +131,12 @@ def test_runs_in_one_out_dir_keep_their_own_checkpoints(tmp_path, tiny_dir, benc
     assert manifest["extra"]["run_id"] == "fork"
     assert _max_diff(state_f, state_a) < 0.1 < 0.4 < _max_diff(state_f, base)
     assert _files(root / "a") == a_files
+
+    # The CLI gives every run its own out_dir: init_from.out_dir names the source's.
+    away = RunConfig.model_validate({
+        **run_config_dict(tmp_path / "elsewhere", tiny_dir, bench_dir, name="away", **one),
+        "init_from": {"run_id": "a", "version": 1, "out_dir": str(tmp_path / "run")}})
+    run_training(away, progress=False)
+    state_w, _ = load_checkpoint(str(tmp_path / "elsewhere" / "run" / "checkpoints" / "away"),
+                                 "planner", 1)
+    assert _max_diff(state_w, state_a) < 0.1
