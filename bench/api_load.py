@@ -5,8 +5,9 @@ searcher and coder sub-agents in the same process, a freshly initialised tiny Qw
 for all three agents on the real TorchEngine, so each query is real model work), then runs
 ``--clients`` concurrent clients that post queries back to back for ``--seconds`` while a
 probe (a process of its own) calls ``/healthz`` every 0.2 s. Stops by itself and kills the
-server. Writes JSON to stdout and bench/results/api_load.json, with the load average before and after: the
-machine is shared, so the figures say what happened on it then, not what the API can do.
+server. Writes JSON to stdout and bench/results/api_load.json, with the load average
+before and after: the machine is shared, so the figures say what happened on it then, not
+what the API can do.
 
     python bench/api_load.py [--clients 20 200] [--seconds 20] [--in-flight 16] [--batch 8]
 
