@@ -138,3 +138,31 @@ def test_each_round_takes_its_stage_questions(tmp_path, warm_assets):
         store.set_round_status(record.round_id, "done")
     assert stages == [{1}, {2}, {2}]
 
+
+
+def test_a_filtered_stage_starts_with_its_filter_round(tmp_path, warm_assets):
+    """The first call of a ``max_success`` < 1 stage enqueues the filter (no model trains);
+    while it runs the run is busy (409); a filter that did not finish cannot choose
+    questions (422 at the API), instead of silently training on the unfiltered pool."""
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.envs import load_benchmark
+    from mgrpo.services.context import Queues
+    from mgrpo.services.rounds import RoundConflict, RoundRefused, cancel_round, start_round
+    from mgrpo.store import Store
+
+    cfg = bench_round.make_config(warm_assets, tmp_path / "out", b=3, k=2, variant="curriculum")
+    store = Store(f"sqlite:///{tmp_path}/store.db")
+    store.upgrade()
+    bus = InMemoryBus(store)  # nobody consumes: the tasks just wait
+    record = start_round(store, bus, cfg, Queues())
+    assert (record.round_id, record.index) == (f"{cfg.name}-filter0", -1)
+    assert record.config["trained_models"] == []
+    pool = load_benchmark(cfg.bench_dir).questions("train", stage=1)
+    rollouts = store.rollouts(record.round_id)  # every question of the stage, filter_samples
+    assert sorted((r.query_id, r.rollout) for r in rollouts) == sorted(
+        (q.id, k) for q in pool for k in range(2))
+    with pytest.raises(RoundConflict):
+        start_round(store, bus, cfg, Queues())
+    cancel_round(store, record.round_id)
+    with pytest.raises(RoundRefused, match="difficulty filter of stage 0"):
+        start_round(store, bus, cfg, Queues())
