@@ -19,7 +19,10 @@ trainers meanwhile), ``train_s`` = the rest (ingest tail, readiness, update, che
 publish), read by polling the store every 50 ms.
 
 The functions are also the harness of ``tests/integration/services/test_services_parity.py``
-(:func:`read_round`, :func:`compare_rounds`).
+and ``test_services_algorithms.py``: :func:`make_config` variants (co-training, main-only,
+grpo, curriculum), :func:`inprocess_round` (the same service classes in one process, on the
+in-memory bus), :func:`read_round`, :func:`compare_rounds`, and :func:`prepare_cached` (the
+warm-started models built once per machine and code version, on disk).
 
 What it does NOT do: measure throughput at scale (tiny models on a shared 2-core machine:
 process and broker overheads dominate), or run more than one round.
