@@ -26,4 +26,5 @@ def main(settings: Settings, model: str) -> None:
     serve_until_signal(settings, f"trainer-{model}", {
         "mgrpo_trainer_rounds_trained": lambda: trainer.rounds_trained,
         "mgrpo_trainer_weights_version": lambda: trainer.lm.version if trainer.lm else 0,
+        "mgrpo_trainer_lease_held": lambda: float(trainer.lease.held()),
     }, stop=stop, bus=bus)

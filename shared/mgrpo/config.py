@@ -50,6 +50,10 @@ class Settings(BaseSettings):
         30.0, ge=0, description="How long a worker's bus consumer may be disconnected "
         "(reconnecting after a broker restart) before its /healthz says 503; /readyz says 503 "
         "at once.")
+    trainer_lease_s: float = Field(
+        30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
+        "per model): renewed every third of it; a second trainer of the model waits, and "
+        "takes over this long after the first one died (at once if it stopped cleanly).")
     device: str = Field("cpu", description="torch device for models: cpu, cuda, cuda:1 ...")
     log_level: str = "INFO"
     run_config: str | None = Field(

@@ -29,6 +29,12 @@ its part of each round, train with the library, checkpoint, publish, announce.
   leftovers of the killed write (temp folders, temp optimizer files, a complete version the
   store never recorded) are removed when the trainer first works on the run.
 
+- One active trainer per model: a trainer consumes and trains only while it holds the store
+  lease ``trainer:<model>`` (:class:`mgrpo.services.lease.LeaseKeeper`, renewed in the
+  background). A second trainer of the same model logs that it waits (standby), and takes
+  over when the lease is released (clean stop) or expires (the first one died); one that
+  loses its lease stops before writing a checkpoint.
+
 What this module does NOT do: train a frozen model (main-only ablation).
 """
 
@@ -36,7 +42,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import socket
 import threading
+import uuid
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +60,7 @@ from mgrpo.services.context import (
     load_engine,
     trained_models,
 )
+from mgrpo.services.lease import LeaseKeeper
 from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
@@ -59,6 +69,10 @@ from mgrpo.training.rounds import observed_d, train_model
 
 log = logging.getLogger(__name__)
 ROUND_ATTEMPTS = 3  # tries of one round's training before it is marked failed
+
+
+class LeaseLost(RuntimeError):
+    """This trainer no longer holds its model's lease: another one may be training."""
 
 
 @dataclass
@@ -121,6 +135,9 @@ class TrainerService:
         self._failures: dict[str, int] = {}  # round_id -> consecutive training errors
         self._weights_of: tuple[str, str] | None = None  # (run, source) in self.lm
         self._cleaned: set[str] = set()
+        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = LeaseKeeper(store, f"trainer:{model}", holder, settings.trainer_lease_s)
+        self._leased = False  # True once start() runs under the lease
 
     def load(self) -> None:
         """Load the model's folder; the weights of a run are put in by :meth:`activate`."""
@@ -186,14 +203,24 @@ class TrainerService:
         if self.frozen:
             log.info("trainer %s is frozen (trainable: false): nothing to train", self.model_name)
             return
+        self._leased = True
+        self.lease.start()
+        threading.Thread(target=self._serve, name=f"trainer-{self.model_name}",
+                         daemon=True).start()
+
+    def _serve(self) -> None:
+        """Consume and train once this process holds the model's lease."""
+        if not self.lease.wait_held(self._stop):
+            return
         self.bus.consume(self.queues.trainer(self.model_name), self.handle,
                          consumer=f"trainer-{self.model_name}")
-        threading.Thread(target=self._loop, name=f"trainer-{self.model_name}",
-                         daemon=True).start()
+        self._loop()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self._leased:
+            self.lease.stop(release=True)
 
     def handle(self, message) -> None:
         if isinstance(message, RoundCommand):
@@ -213,6 +240,10 @@ class TrainerService:
         while not self._stop.is_set():
             self._wake.wait(self.poll_s)
             self._wake.clear()
+            if self._leased and not self.lease.held():
+                self._weights_of = None  # another trainer may write checkpoints meanwhile
+                self.lease.wait_held(self._stop)
+                continue
             try:
                 self.train_ready_rounds()
             except Exception:  # keep serving; the next poll retries (logged with traceback)
@@ -236,6 +267,9 @@ class TrainerService:
                 self.train_round(record)
             except Exception as error:  # noqa: BLE001 - counted, then the round fails
                 self._weights_of = None  # maybe half-updated: the retry reloads from the store
+                if isinstance(error, LeaseLost):
+                    log.error("trainer %s: %s", self.model_name, error)
+                    break
                 if is_transient(error):  # the store or broker is down: not the round's fault
                     raise
                 self._round_failed(record, error)
@@ -276,6 +310,9 @@ class TrainerService:
         finally:
             lm.optimizer = optimizer
             lm.model.eval()
+        if self._leased and not self.lease.held():
+            raise LeaseLost(f"lease {self.lease.name} lost while training round {round_id}; "
+                            "no checkpoint written")
         if not applied:
             self.save_checkpoint(version, round_id, record.run_id)
         record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)

@@ -7,6 +7,7 @@ from mgrpo.store.records import (
     DCount,
     GroupStatIn,
     GroupStatRecord,
+    LeaseRecord,
     PlannerOutcomeIn,
     PlannerOutcomeRecord,
     QueryRecord,
@@ -18,7 +19,7 @@ from mgrpo.store.records import (
 from mgrpo.store.store import Store
 
 __all__ = [
-    "AgentRecord", "CheckpointRecord", "DCount", "GroupStatIn", "GroupStatRecord",
+    "AgentRecord", "CheckpointRecord", "DCount", "GroupStatIn", "GroupStatRecord", "LeaseRecord",
     "PlannerOutcomeIn", "PlannerOutcomeRecord", "QueryRecord", "RolloutRecord",
     "RoundProgress", "RoundRecord", "RunRecord", "Store",
 ]

@@ -216,3 +216,15 @@ class ObservedD(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     __table_args__ = (UniqueConstraint("agent", "round_id", "query_id", "rollout", "attempt",
                                        name="uq_observed_d_key"),)
+
+
+class Lease(Base):
+    """A named lease with an expiry (``mgrpo.store.leases``): e.g. ``trainer:<model>``, so
+    that only one trainer process of a model trains at a time."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(ID, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -141,3 +141,11 @@ class AgentRecord(_Record):
     model: str
     registered_at: datetime
     heartbeat_at: datetime
+
+
+class LeaseRecord(_Record):
+    name: str
+    holder: str
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_at: datetime

@@ -76,6 +76,8 @@ def _deploy(postgres_url, rabbitmq_url, unique_name, assets, tmp_path):
                "MGRPO_ENGINE": "services_testkit:scripted_engine",
                "MGRPO_QUEUE_PREFIX": f"{unique_name}.",
                "MGRPO_CHECKPOINT_URI": str(tmp_path / "ckpt"), "OMP_NUM_THREADS": "1",
+               # a killed trainer's replacement takes over its model's lease within 3 s
+               "MGRPO_TRAINER_LEASE_S": "3",
                "PYTHONPATH": os.pathsep.join([str(KIT_DIR), os.environ.get("PYTHONPATH", "")]),
                "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         services = Services(env, tmp_path)

@@ -139,3 +139,9 @@ def test_migration_0002_gives_old_checkpoints_their_run(postgres_url):
 
     with temporary_database(postgres_url) as url:
         migration_0002_contract(url)
+
+
+def test_lease_one_holder_renewal_and_takeover_after_expiry(pg_store, unique_name):
+    from store_contracts import lease_contract
+
+    lease_contract(pg_store, f"trainer:{unique_name}")

@@ -54,3 +54,30 @@ def migration_0002_contract(url: str) -> None:
         ("", 2), ("eco", 1)]
     assert store.record_checkpoint("planner", 1, "u-other", "b" * 64, run_id="other")
     store.close()
+
+
+def lease_contract(store, name: str) -> None:
+    """Issue 13: one holder at a time; the holder renews; another takes over only after the
+    lease expired (a dead holder) or was released."""
+    import time
+
+    assert store.get_lease(name) is None
+    assert store.acquire_lease(name, "a", ttl_s=30)
+    first = store.get_lease(name)
+    assert not store.acquire_lease(name, "b", ttl_s=30)  # held, unexpired: refused
+    assert store.get_lease(name).holder == "a"
+    assert store.acquire_lease(name, "a", ttl_s=30)  # a renewal keeps acquired_at
+    renewed = store.get_lease(name)
+    assert renewed.acquired_at == first.acquired_at and renewed.expires_at > first.expires_at
+    assert not store.release_lease(name, "b")  # not b's to give back
+    assert store.release_lease(name, "a")
+    assert store.get_lease(name) is None
+    assert store.acquire_lease(name, "b", ttl_s=0.3)
+    assert not store.acquire_lease(name, "a", ttl_s=30)
+    time.sleep(0.6)  # b died: its lease expired
+    assert store.acquire_lease(name, "a", ttl_s=30)
+    assert store.get_lease(name).holder == "a"
+    assert not store.acquire_lease(name, "b", ttl_s=30)
+    assert store.acquire_lease(f"{name}-other", "b", ttl_s=30)  # names are independent
+    with pytest.raises(ValueError, match="ttl_s"):
+        store.acquire_lease(name, "a", ttl_s=0)

@@ -32,7 +32,7 @@ def test_upgrade_reaches_head_and_is_repeatable(tmp_path):
     assert store.current_revision() is None
     store.upgrade()
     store.upgrade()
-    assert store.current_revision() == head_revision() == "0002"
+    assert store.current_revision() == head_revision() == "0003"
 
 
 def test_unsupported_url_is_refused_with_the_fix():
@@ -248,3 +248,9 @@ def test_migration_0002_gives_old_checkpoints_their_run(tmp_path):
     from store_contracts import migration_0002_contract
 
     migration_0002_contract(f"sqlite:///{tmp_path}/old.db")
+
+
+def test_lease_one_holder_renewal_and_takeover_after_expiry(store):
+    from store_contracts import lease_contract
+
+    lease_contract(store, "trainer:planner")
