@@ -346,9 +346,12 @@ def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str,
                step: int) -> dict:
     """Sampled and greedy held-out accuracy; logged at ``step`` = rounds of updates so far
     (round metrics at step r describe round r's rollouts, made before its update)."""
+    from mgrpo.progress import progress_bar
+
     out = {}
-    for greedy in (False, True):
-        out.update(evaluate(system, test, greedy=greedy))
+    with progress_bar(desc=f"eval {tag}", total=2 * len(test), enabled=logger.enabled) as bar:
+        for greedy in (False, True):
+            out.update(evaluate(system, test, greedy=greedy, progress=bar.update))
     _write_json_atomic(out_path(system.cfg, f"eval_{tag}.json"), out)
     logger.note(tag, out)
     logger.log(step, out)
