@@ -58,3 +58,29 @@ def one_line(exc: ValidationError) -> str:
         msg = error["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return f"invalid {exc.title}: " + "; ".join(parts)
+
+
+# MGRPO_* variables that are not settings fields but are read on purpose.
+OTHER_ENV_VARS = ("MGRPO_DEBUG", "MGRPO_PROGRESS", "MGRPO_SECRETS_DIR",
+                  "MGRPO_REQUIRE_SERVICES")
+
+
+def unknown_env_vars(environ: dict[str, str]) -> list[str]:
+    """One message per ``MGRPO_*`` variable that no settings class reads (a typo such as
+    ``MGRPO_DATBASE_URL`` would otherwise leave the default in force, silently). Services log
+    these as warnings at start; they are not errors, since the settings classes share the
+    prefix and the test harness adds its own (``MGRPO_TEST_*``)."""
+    from mgrpo.config import Settings
+    from mgrpo.sandbox.service import SandboxServiceSettings
+
+    known = {f"MGRPO_{name.upper()}" for name in Settings.model_fields}
+    known |= {f"MGRPO_SANDBOX_{name.upper()}" for name in SandboxServiceSettings.model_fields}
+    known |= set(OTHER_ENV_VARS)
+    out = []
+    for name in sorted(environ):
+        if name.startswith("MGRPO_") and name not in known and not name.startswith(
+                "MGRPO_TEST_"):
+            guess = nearest(name, sorted(known))
+            hint = f" (did you mean {guess}?)" if guess else ""
+            out.append(f"environment variable {name} is not a setting and is ignored{hint}")
+    return out

@@ -22,8 +22,11 @@ from mgrpo.services.health import serve_health
 
 def setup_logging(settings: Settings, service: str) -> None:
     from mgrpo.logs import setup_logging as setup
+    from mgrpo.validation import unknown_env_vars
 
     setup(service, settings.log_level)
+    for message in unknown_env_vars(dict(os.environ)):
+        logging.getLogger(service).warning(message)
 
 
 def exit_now(code: int = 0) -> None:

@@ -69,3 +69,13 @@ def test_other_config_models_are_strict_too():
 def test_api_bodies_name_the_nearest_field():
     with pytest.raises(ValidationError, match=r"unknown key 'kk' \(did you mean 'k'\?\)"):
         RoundIn.model_validate({"kk": 4})
+
+
+def test_misspelt_env_vars_are_named_with_the_nearest_setting():
+    from mgrpo.validation import unknown_env_vars
+
+    environ = {"MGRPO_DATBASE_URL": "x", "MGRPO_DATABASE_URL": "y", "MGRPO_DEBUG": "1",
+               "MGRPO_SANDBOX_MAX_QUEUE": "3", "MGRPO_TEST_BROKER_URL": "z", "PATH": "/bin"}
+    assert unknown_env_vars(environ) == [
+        "environment variable MGRPO_DATBASE_URL is not a setting and is ignored (did you "
+        "mean MGRPO_DATABASE_URL?)"]
