@@ -10,7 +10,7 @@ import os
 
 import typer
 
-from mgrpo.cli import data, db, dlq, models, run, serve, sft, up
+from mgrpo.cli import data, db, dlq, models, run, serve, sft, ui, up
 from mgrpo.cli.errors import ErrorReportingGroup
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ app.add_typer(dlq.app, name="dlq", help="List and replay the dead-letter queue."
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
 app.command("sft")(sft.sft)
 app.command("up")(up.up)
+app.command("ui")(ui.ui)
 
 
 @app.command()

@@ -40,6 +40,12 @@ class RoundsMixin(StoreBase):
             row = session.get(Run, run_id)
             return RunRecord.model_validate(row) if row else None
 
+    def list_runs(self) -> list[RunRecord]:
+        """Every run, oldest first (the dashboard's run list)."""
+        with self._tx() as session:
+            return [RunRecord.model_validate(row)
+                    for row in session.scalars(select(Run).order_by(Run.created_at))]
+
     def upsert_queries(self, queries: Iterable[QueryRecord]) -> int:
         """Insert or update queries (question, gold answer, meta); returns how many were given."""
         count = 0

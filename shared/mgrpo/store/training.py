@@ -94,6 +94,20 @@ class TrainingMixin(StoreBase):
         return [Trajectory(**{name: getattr(row, name) for name in _COLUMN_FIELDS},
                            **(row.payload or {})) for row in rows]
 
+    def episode_trajectories(self, round_id: str, query_id: str,
+                             rollout: int) -> list[Trajectory]:
+        """Every model's trajectories of ONE rollout (its completing attempt): the planner's
+        and each sub-agent call's, ordered by (agent, invocation, turn). The dashboard's trace
+        viewer reads this; trainers never do."""
+        stmt = (select(TrajectoryRow).join(Rollout, _completing(TrajectoryRow))
+                .where(TrajectoryRow.round_id == round_id, TrajectoryRow.query_id == query_id,
+                       TrajectoryRow.rollout == rollout)
+                .order_by(TrajectoryRow.agent, TrajectoryRow.invocation, TrajectoryRow.turn))
+        with self._tx() as session:
+            rows = list(session.scalars(stmt))
+        return [Trajectory(**{name: getattr(row, name) for name in _COLUMN_FIELDS},
+                           **(row.payload or {})) for row in rows]
+
     def count_round_trajectories(self, round_id: str, model: str,
                                  agent: str | None = None) -> int:
         """How many :meth:`round_trajectories` would return, without loading the payloads

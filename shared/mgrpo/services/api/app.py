@@ -17,7 +17,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from mgrpo.config import Settings
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.api.routes import evaluations, health, queries, registry, rounds
+from mgrpo.services.api.routes import (
+    dashboard,
+    evaluations,
+    health,
+    queries,
+    registry,
+    rounds,
+)
 from mgrpo.services.body_limit import BodySizeLimit
 from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
@@ -60,7 +67,7 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
 
     install_error_handlers(app)  # 422 with a message, input never echoed
 
-    for module in (health, queries, rounds, evaluations, registry):
+    for module in (health, queries, rounds, evaluations, registry, dashboard):
         app.include_router(module.router)
     install_offline_docs(app, "mgrpo planner API")
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)

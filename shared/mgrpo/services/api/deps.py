@@ -33,6 +33,7 @@ class ApiState:
     planner: Any = None  # PlannerRuntime, built lazily
     bench: Any = None
     batcher: Any = None  # QueryBatcher, built on the first query
+    run_dir: Any = None  # Path of an embedded run (``mgrpo ui``): its metrics.csv is read too
     evaluating: bool = False  # one evaluation at a time (event loop only)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -1,0 +1,197 @@
+"""What the dashboard shows, assembled from the stats store (and an embedded run's CSV).
+
+The page (``/ui``) polls small JSON documents built here; the API routes only call these
+functions, so the same data serves the planner service (PostgreSQL) and ``mgrpo ui RUN_DIR``
+(the run's SQLite store). Curves are grouped server side by metric suffix
+(:data:`CHARTS`, keys from docs/metrics.md), one line per agent or model.
+
+What this module does NOT do: decode trajectories into text (``mgrpo.dashboard.trace``) or
+write anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+# (chart title, metric-key suffixes or exact keys): every key of a run whose name ends with
+# "/<suffix>" (or equals an exact key) becomes one line of the chart.
+CHARTS: list[tuple[str, list[str]]] = [
+    ("reward", ["reward_mean"]),
+    ("accuracy", ["planner/accuracy", "eval/greedy/accuracy", "eval/sampled/accuracy"]),
+    ("format rate", ["planner/format_valid", "eval/greedy/format_valid",
+                     "eval/sampled/format_valid"]),
+    ("calls per episode", ["calls_per_episode"]),
+    ("clip fraction", ["clipfrac"]),
+    ("KL", ["kl", "approx_kl"]),
+    ("train/inference logprob mismatch", ["rollout_logp_diff_mean", "rollout_kl"]),
+    ("round time (s)", ["time/rollout_s", "time/update_s"]),
+]
+
+
+def _chart_of(key: str) -> str | None:
+    for title, patterns in CHARTS:
+        for pattern in patterns:
+            if "/" in pattern and key == pattern:
+                return title
+            if "/" not in pattern and not key.startswith(("eval/", "time/")) \
+                    and key.rsplit("/", 1)[-1] == pattern:
+                return title
+    return None
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def list_runs(store) -> list[dict]:
+    """Runs with their round counts and the newest round's status."""
+    rounds = store.list_rounds()
+    out = []
+    for run in store.list_runs():
+        mine = [r for r in rounds if r.run_id == run.run_id]
+        out.append({"run_id": run.run_id, "status": run.status,
+                    "created_at": _iso(run.created_at), "rounds": len(mine),
+                    "last_round_status": mine[-1].status if mine else None})
+    return out
+
+
+def run_rounds(store, run_id: str) -> list[dict]:
+    """A run's rounds: status, timings (seconds from created to started to finished) and
+    rollouts completed."""
+    rounds = store.list_rounds(run_id)
+    published = store.published_models_by_round([r.round_id for r in rounds])
+    out = []
+    for r in rounds:
+        progress = store.round_progress(r.round_id)
+        waited = (r.started_at - r.created_at).total_seconds() if r.started_at else None
+        took = ((r.finished_at - (r.started_at or r.created_at)).total_seconds()
+                if r.finished_at else None)
+        out.append({"round_id": r.round_id, "index": r.index, "k": r.k, "status": r.status,
+                    "error": r.error, "created_at": _iso(r.created_at),
+                    "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
+                    "queued_s": waited, "duration_s": took,
+                    "rollouts_completed": progress.completed, "rollouts_total": progress.total,
+                    "published_models": sorted(published.get(r.round_id, ()))})
+    return out
+
+
+def read_metrics_csv(path: Path) -> dict[int, dict[str, float]]:
+    """``{round: {key: value}}`` from an embedded run's long-format ``metrics.csv`` (eval
+    keys are logged at step 0 before training and at step r+1 after round r)."""
+    out: dict[int, dict[str, float]] = {}
+    if not path.exists():
+        return out
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                out.setdefault(int(row["round"]), {})[row["key"]] = float(row["value"])
+            except (KeyError, TypeError, ValueError):
+                continue  # a torn last line while the run writes it
+    return out
+
+
+def run_metrics(store, run_id: str, csv_path: Path | None = None) -> dict:
+    """Curves of a run: ``{"charts": {title: {key: [[round, value], ...]}}, "keys": [...]}``.
+
+    x is the round index. The store holds every round's metrics (both modes); an embedded
+    run's CSV adds the eval keys the store does not hold. Non-finite values are dropped (JSON
+    has no NaN)."""
+    index = {r.round_id: r.index for r in store.list_rounds(run_id)}
+    by_round: dict[int, dict[str, float]] = {}
+    for round_id, values in store.metrics(run_id).items():
+        if round_id in index:
+            by_round.setdefault(index[round_id], {}).update(values)
+    if csv_path is not None:
+        for step, values in read_metrics_csv(csv_path).items():
+            row = by_round.setdefault(step, {})
+            for key, value in values.items():
+                row.setdefault(key, value)
+    charts: dict[str, dict[str, list[list[float]]]] = {title: {} for title, _ in CHARTS}
+    keys: set[str] = set()
+    for step in sorted(by_round):
+        for key, value in by_round[step].items():
+            keys.add(key)
+            title = _chart_of(key)
+            if title is None or not math.isfinite(value):
+                continue
+            charts[title].setdefault(key, []).append([step, value])
+    return {"run_id": run_id, "rounds": sorted(by_round), "charts": charts,
+            "keys": sorted(keys)}
+
+
+def group_stats(store, round_id: str) -> list[dict]:
+    """Per (model, agent) of a round: groups, samples, mean of group means, mean group std
+    and the share of groups with zero std (no advantage signal)."""
+    by_pair: dict[tuple[str, str], list] = {}
+    for stat in store.read_group_stats(round_id):
+        by_pair.setdefault((stat.model, stat.agent), []).append(stat)
+    out = []
+    for (model, agent), stats in sorted(by_pair.items()):
+        out.append({"model": model, "agent": agent, "groups": len(stats),
+                    "samples": sum(s.n for s in stats),
+                    "mean": sum(s.mean for s in stats) / len(stats),
+                    "std_mean": sum(s.std for s in stats) / len(stats),
+                    "zero_std_share": sum(1 for s in stats if s.std == 0) / len(stats),
+                    "published_by": stats[0].published_by})
+    return out
+
+
+def checkpoints(store, run_id: str, run_dir: Path | None = None) -> list[dict]:
+    """Checkpoints the store records (distributed trainers) and, for an embedded run, the
+    versions under ``run_dir/checkpoints/<run_id>/<model>/`` (the embedded loop writes files
+    only; their ``manifest.json`` gives the sha256 and time)."""
+    out = [{"model": c.model, "version": c.version, "round_id": c.round_id, "uri": c.uri,
+            "sha256": c.sha256[:12], "created_at": _iso(c.created_at)}
+           for c in store.list_checkpoints(run_id=run_id)]
+    seen = {(c["model"], c["version"]) for c in out}
+    root = run_dir / "checkpoints" / run_id if run_dir is not None else None
+    if root is not None and root.is_dir():
+        for manifest in sorted(root.glob("*/v*/manifest.json")):
+            model, version = manifest.parent.parent.name, manifest.parent.name
+            if not version[1:].isdigit() or (model, int(version[1:])) in seen:
+                continue
+            created = datetime.fromtimestamp(manifest.stat().st_mtime, tz=UTC)
+            out.append({"model": model, "version": int(version[1:]),
+                        "round_id": None, "uri": str(manifest.parent),
+                        "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()[:12],
+                        "created_at": created.isoformat()})
+    return sorted(out, key=lambda c: (c["model"], c["version"]))
+
+
+def question_lookup(store, bench=None) -> Callable[[str], tuple[str | None, str | None]]:
+    """``query_id -> (question, gold answer)``: the store's ``queries`` table (distributed
+    rounds write it), else the run's benchmark (the embedded loop keeps questions there
+    only). ``bench`` may be a zero-argument callable (loaded only when needed)."""
+    by_id: dict[str, tuple[str | None, str | None]] | None = None
+
+    def lookup(query_id: str) -> tuple[str | None, str | None]:
+        nonlocal by_id
+        query = store.get_query(query_id)
+        if query is not None and query.question:
+            return query.question, query.answer
+        if by_id is None:
+            try:
+                loaded = bench() if callable(bench) else bench
+                by_id = {q.id: (q.question, q.answer) for q in loaded.all_questions}
+            except Exception:  # no benchmark here (a bare store): the ids still show
+                by_id = {}
+        return by_id.get(query_id, (None, None))
+    return lookup
+
+
+def episodes(store, round_id: str, lookup: Callable | None = None) -> list[dict]:
+    """The round's completed episodes (planner outcomes of completing attempts) with their
+    question and gold answer, for picking one to trace."""
+    lookup = lookup or question_lookup(store)
+    out = []
+    for o in sorted(store.read_planner_outcomes(round_id), key=lambda o: (o.query_id, o.rollout)):
+        question, gold = lookup(o.query_id)
+        out.append({"query_id": o.query_id, "rollout": o.rollout, "attempt": o.attempt,
+                    "format_ok": o.format_ok, "correct": o.correct, "reward": o.reward,
+                    "question": question, "gold": gold})
+    return out
