@@ -111,7 +111,7 @@ def test_at_grpo_is_refused_with_the_reason(tmp_path, warm_assets):
     with client:
         response = client.post("/v1/rounds", json={}, headers={"Authorization": "Bearer t"})
     assert response.status_code == 422, response.text
-    assert "at_grpo" in response.json()["detail"] and "mgrpo train" in response.json()["detail"]
+    assert "at_grpo" in response.json()["message"] and "mgrpo train" in response.json()["message"]
     assert store.list_rounds() == []  # nothing was enqueued
 
 

@@ -167,13 +167,13 @@ def test_round_api_lists_published_models_and_checks_init_from(system):
         ("done", sorted(MODELS)), ("done", sorted(MODELS))]
     refused = client.post("/v1/rounds", headers=auth,
                           json={"run_id": "eco", "init_from": {"run_id": "other"}})
-    assert refused.status_code == 422 and "has checkpoints already" in refused.json()["detail"]
+    assert refused.status_code == 422 and "has checkpoints already" in refused.json()["message"]
     missing = client.post("/v1/rounds", headers=auth,
                           json={"run_id": "new", "init_from": {"run_id": "eco", "version": 9}})
-    assert missing.status_code == 422 and "has no v9 of planner" in missing.json()["detail"]
+    assert missing.status_code == 422 and "has no v9 of planner" in missing.json()["message"]
     local = client.post("/v1/rounds", headers=auth,
                         json={"run_id": "new", "init_from": {"run_id": "eco", "out_dir": "x"}})
-    assert local.status_code == 422 and "drop out_dir" in local.json()["detail"]
+    assert local.status_code == 422 and "drop out_dir" in local.json()["message"]
     checkpoints = client.get("/v1/checkpoints", params={"run_id": "other"}).json()
     assert sorted((c["model"], c["version"], c["run_id"]) for c in checkpoints) == [
         (m, 1, "other") for m in sorted(MODELS)]

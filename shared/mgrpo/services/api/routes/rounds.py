@@ -48,8 +48,9 @@ def _start(state, body: RoundIn) -> RoundOut:
                              bench=bench)
     except RoundConflict as error:
         raise HTTPException(409, str(error)) from error
-    except RoundRefused as error:
-        raise HTTPException(422, str(error)) from error
+    except RoundRefused as error:  # the same 422 shape as every other bad input
+        raise RequestValidationError([{"loc": ("body",), "type": "value_error",
+                                       "msg": str(error)}]) from error
     return _summary(state, record.round_id)
 
 
