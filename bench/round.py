@@ -67,6 +67,7 @@ class RoundData:
     weights: dict[str, dict]  # model -> state dict of checkpoint v1
     wall_s: float = 0.0
     split: dict[str, float] = field(default_factory=dict)
+    work: dict[str, float] = field(default_factory=dict)  # worker process -> episodes/calls
 
 
 ASSET_MODULES = ("envs/benchmark.py", "envs/demos.py", "envs/experts.py", "models/sft.py",
@@ -241,10 +242,26 @@ def embedded_round(cfg) -> RoundData:
     return data
 
 
-def service_argv(cfg) -> dict[str, list[str]]:
+def service_argv(cfg, replicas: dict[str, int] | None = None) -> dict[str, list[str]]:
     """The services a round of ``cfg`` needs (name -> argv after ``mgrpo``): a sub-agent
     worker per sub-agent role (none for ``grpo``: the single agent plays them inline), the
-    planner worker, and a trainer per model (a frozen model's trainer idles)."""
+    planner worker, and a trainer per model (a frozen model's trainer idles).
+
+    ``replicas``: how many processes of a worker (``planner-worker``, ``subagent-<role>``)
+    share its queue (competing consumers); replica i > 1 is named ``<name>-<i>``. Trainers
+    are one per model (a store lease makes a second one a standby) and are refused here."""
+    out = _one_each(cfg)
+    for name, count in (replicas or {}).items():
+        if name not in out or name.startswith("trainer-") or count < 1:
+            raise ValueError(f"replicas: {name!r}={count} is not a worker of this round "
+                             f"(one of {[n for n in out if not n.startswith('trainer-')]}, "
+                             "count >= 1); trainers are one per model")
+        for i in range(2, count + 1):
+            out[f"{name}-{i}"] = out[name]
+    return out
+
+
+def _one_each(cfg) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if cfg.algorithm != "grpo":
         for role in (r for r in cfg.agents if r != "planner"):
@@ -256,18 +273,21 @@ def service_argv(cfg) -> dict[str, list[str]]:
     return out
 
 
-def start_services(procs: ServiceProcesses, cfg) -> float:
+def start_services(procs: ServiceProcesses, cfg, replicas: dict[str, int] | None = None) -> float:
     """Start :func:`service_argv`'s processes; returns seconds until all are healthy."""
     started = time.perf_counter()
-    for name, argv in service_argv(cfg).items():
+    for name, argv in service_argv(cfg, replicas).items():
         procs.start(name, *argv)
     procs.wait_healthy()
     return time.perf_counter() - started
 
 
 def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
-                      timeout_s: float = 600.0) -> RoundData:
-    """One round through separate service processes, on a fresh database and queue prefix."""
+                      timeout_s: float = 600.0, replicas: dict[str, int] | None = None
+                      ) -> RoundData:
+    """One round through separate service processes, on a fresh database and queue prefix
+    (``replicas``: see :func:`service_argv`). ``work`` of the result: the episodes or calls
+    each worker process served (its /metrics gauge), read once the round is done."""
     from mgrpo.bus.kombu_bus import KombuBus
     from mgrpo.services.context import Queues
     from mgrpo.store import Store
@@ -289,7 +309,7 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
         procs = ServiceProcesses(env, workdir)
         bus = KombuBus(broker_url, store, dead_letter_queue_name=Queues(prefix).dead_letter)
         try:
-            startup = start_services(procs, cfg)
+            startup = start_services(procs, cfg, replicas)
 
             def logs() -> str:
                 return "\n".join(f"--- {n}\n{procs.log(n)[-1500:]}" for n in procs.procs)
@@ -298,6 +318,7 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
             data.split["startup_s"] = startup
             data = _with_results(data, read_round(store, cfg, f"{cfg.name}-r0000",
                                                   str(workdir / "ckpt")))
+            data.work = worker_counts(procs)
         finally:
             procs.stop_all()
             bus.close()
@@ -381,6 +402,23 @@ def _timed_round(store, bus, cfg, queues, logs, timeout_s: float) -> RoundData:
                      split={"rollout_s": rollout_done - started, "train_s": ended - rollout_done})
 
 
+def worker_counts(procs: ServiceProcesses) -> dict[str, float]:
+    """Episodes (planner workers) and calls (sub-agent workers) each process served."""
+    import re
+
+    import httpx
+
+    gauges = {"planner-worker": "mgrpo_planner_episodes_done",
+              "subagent-": "mgrpo_subagent_calls_done"}
+    out = {}
+    for name, port in procs.ports.items():
+        gauge = next((g for p, g in gauges.items() if name.startswith(p)), None)
+        if gauge is not None:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            out[name] = float(re.search(rf"^{gauge} (\S+)$", text, re.M).group(1))
+    return out
+
+
 def _with_results(timed: RoundData, data: RoundData) -> RoundData:
     data.wall_s, data.split = timed.wall_s, timed.split
     return data
@@ -397,8 +435,9 @@ def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses, cfg) -
     queues = Queues(prefix)
     names = [queues.episodes, queues.dead_letter, *(queues.trainer(m) for m in cfg.models),
              *(queues.subagent(r) for r in cfg.agents if r != "planner")]
-    worker = procs.procs.get("planner-worker")
-    if worker is not None:
+    for name, worker in procs.procs.items():  # every planner-worker replica has its own
+        if not name.startswith("planner-worker"):
+            continue
         host = f"{socket.gethostname()}-{worker.pid}".lower()
         host = "".join(c if c.isalnum() or c in "-_" else "-" for c in host)[:40]
         names.append(f"{prefix}{PLANNER_REPLY_QUEUE}.{host}")

@@ -20,6 +20,11 @@ trainer of a model with no calls in the round publishes one ``(none)`` row with 
 the round can end), embedded mode publishes nothing; metrics only one side records
 (embedded: accuracy, calls per episode; distributed: ``{model}/trajectories``).
 
+Replicas (issue 13 item 3): the distributed round once more with TWO planner workers and TWO
+searcher workers on the same queues (RabbitMQ competing consumers): the same tokens and
+outcomes exactly, group statistics within 1e-6, metrics and weights within 1e-5 of the round
+with one of each, and each replica served part of the work (round-robin delivery).
+
 The harness is ``bench/round.py`` (the same code measures the round's wall time).
 """
 
@@ -135,3 +140,32 @@ def test_subagent_tokens_depend_on_their_seed(rounds, tmp_path):
     b = {t.traj_id: t.input_ids for ep in moved for t in ep.subagents}
     assert a, "no sub-agent calls: the probe says nothing"
     assert any(a.get(key) != b.get(key) for key in a.keys() | b.keys())
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory, postgres_url, rabbitmq_url, warm_assets):
+    """The distributed round of ``rounds`` with two planner workers and two searchers."""
+    root = tmp_path_factory.mktemp("replicas")
+    cfg = bench_round.make_config(warm_assets, root / "out", b=B, k=K, seed=SEED)
+    return bench_round.distributed_round(cfg, postgres_url, rabbitmq_url, root / "dist",
+                                         replicas={"planner-worker": 2,
+                                                   "subagent-searcher": 2})
+
+
+def test_worker_replicas_give_the_same_round(rounds, replicated):
+    _, one_each, _ = rounds
+    two = replicated
+    print("work per process:", two.work)
+    assert two.work["planner-worker"] > 0 and two.work["planner-worker-2"] > 0
+    assert two.work["planner-worker"] + two.work["planner-worker-2"] == B * K
+    assert two.work["subagent-searcher"] > 0 and two.work["subagent-searcher-2"] > 0
+    assert one_each.work["planner-worker"] == B * K
+    assert (two.work["subagent-searcher"] + two.work["subagent-searcher-2"]
+            == one_each.work["subagent-searcher"])
+    diff = bench_round.compare_rounds(one_each, two)
+    print("one of each vs replicas:", diff)
+    assert diff["outcome_keys_only_one_side"] == diff["outcome_mismatches"] == 0
+    assert diff["token_keys_only_one_side"] == diff["token_mismatches"] == 0
+    assert diff["stat_keys_only_one_side"] == 0 and diff["stat_max_abs_diff"] <= 1e-6
+    assert diff["metrics_compared"] > 0 and diff["metric_max_abs_diff"] <= 1e-5
+    assert diff["weight_tensors"] > 0 and diff["weight_max_abs_diff"] <= 1e-5

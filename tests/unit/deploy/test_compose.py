@@ -153,3 +153,19 @@ def test_schema_rejects_a_broken_copy(path, value, expected):
 def test_cross_reference_check_rejects_a_broken_copy(path, value, expected):
     errors = xref(_set(compose(), path, value))
     assert any(expected in error for error in errors), errors
+
+
+def test_workers_have_replicas_and_trainers_stay_one_per_model():
+    """Issue 13: planner and sub-agent workers scale by ``deploy.replicas`` (.env.example
+    sets 1; ``--scale`` or the DEPLOY_*_WORKERS variables raise it); no trainer has replicas
+    (one per model; a second one would only wait on the store lease)."""
+    services = compose()["services"]
+    for name in ("planner-worker", "subagent-searcher", "subagent-coder"):
+        assert int(services[name]["deploy"]["replicas"]) == 1, name
+    raw = (ROOT / "docker-compose.yml").read_text()
+    for var in ("DEPLOY_PLANNER_WORKERS", "DEPLOY_SEARCHER_WORKERS", "DEPLOY_CODER_WORKERS"):
+        assert f"${{{var}:-1}}" in raw and f"{var}=1" in (ROOT / ".env.example").read_text()
+    for name, service in services.items():
+        if name.startswith("trainer-"):
+            assert "replicas" not in service.get("deploy", {}), name
+            assert "container_name" not in service

@@ -201,3 +201,15 @@ def test_renderer_refuses_what_it_does_not_implement(tmp_path):
         "patches: [{target: {kind: Deployment, name: nope}, patch: '[]'}]\n")
     with pytest.raises(ValueError, match="matches no object"):
         render(tmp_path)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
+def test_workers_run_replicas_and_trainers_one_recreated(overlay):
+    """Issue 13: two replicas of each worker share its queue; a trainer is one replica
+    replaced with Recreate (the store lease guards against a second one anyway)."""
+    deployments = by_kind(rendered(overlay), "Deployment")
+    for name in ("planner-worker", "subagent-searcher", "subagent-coder"):
+        assert deployments[name]["spec"]["replicas"] == 2, name
+    for name in TRAINERS:
+        assert deployments[name]["spec"]["replicas"] == 1, name
+        assert deployments[name]["spec"]["strategy"]["type"] == "Recreate", name
