@@ -6,7 +6,8 @@ gradient equals the full mini-batch's under every aggregation mode (token-mean: 
 share; seq-mean modes: by sequence share, so Dr. GRPO's B*L normaliser, L the constant
 ``norm_length``, holds).
 Logprobs are of ``softmax(logits / temperature)``, the run's sampling temperature (the
-distribution the engine sampled). The trainer recomputes pi_old itself; the rollout's own
+distribution the engine sampled). The trainer computes pi_old itself (for the first
+mini-batch: its own training forward, detached; no extra pass); the rollout's own
 logprobs (``Trajectory.old_logprobs``) are kept to report the sampler/trainer mismatch per
 agent and, with ``loss.rollout_is``, to weight the loss by truncated pi_old / pi_rollout
 (:mod:`mgrpo.algo.rollout_correction`). With ``loss.kl_coef > 0`` the caller passes the
@@ -75,11 +76,17 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
                   norm_length: int | None = None, temperature: float = 1.0,
-                  ) -> dict[str, float]:
+                  reuse_first_pass: bool = True) -> dict[str, float]:
     """Train ``model`` on ``samples`` for one epoch; returns averaged metrics (model-level
     keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`). ``norm_length``:
     Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
-    ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width."""
+    ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width.
+
+    ``reuse_first_pass`` (default): pi_old is the trainer's weights before its first step, so
+    for the first mini-batch it is that mini-batch's own forward pass, detached (as TRL does
+    with one iteration per generation): no separate no-grad pass over those rows. Only the
+    rows of later mini-batches are recomputed up front (none with ``mini_batches=1``). Same
+    numbers as ``reuse_first_pass=False`` up to float rounding (tested)."""
     if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
         raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the constant "
                          "generation budget L, RunConfig.loss_norm_length())")
@@ -90,22 +97,23 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                          "pass ref_model (mgrpo.training.reference.reference_for)")
     batch = pad_samples(samples, pad_id)
     order = torch.randperm(len(samples), generator=generator)
+    minis = _chunks(len(samples), model_cfg.mini_batches)
     model.train()
     rollout = batch["old_logprobs"]  # what the sampler reported
-    extra: dict[str, float] = {}
-    is_w = None
-    if recompute_old:  # the trainer's own forward: robust to sampler/trainer numeric drift
-        with torch.no_grad():
-            batch["old_logprobs"] = token_logprobs(
-                model, batch["input_ids"], batch["attention_mask"],
-                micro_batch_size=model_cfg.micro_batch_size,
-                temperature=temperature) * batch["response_mask"]
-        extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, batch["response_mask"])
-        is_w = rollout_is_weights(batch["old_logprobs"], rollout, batch["response_mask"],
-                                  loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
-        if is_w is not None:
-            extra.update(is_weight_metrics(is_w, batch["response_mask"],
-                                           loss_cfg.rollout_is_threshold))
+    mask_all = batch["response_mask"]
+    fused = recompute_old and reuse_first_pass
+    if recompute_old:  # the trainer's own pi_old: robust to sampler/trainer numeric drift
+        old = torch.zeros_like(rollout)
+        # Fused: the first mini-batch's pi_old is its own (grad) forward, detached, filled in
+        # below; only the rows of later mini-batches need a pass before the first step.
+        rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
+        if len(rows):
+            with torch.no_grad():
+                old[rows] = token_logprobs(
+                    model, batch["input_ids"][rows], batch["attention_mask"][rows],
+                    micro_batch_size=model_cfg.micro_batch_size,
+                    temperature=temperature) * mask_all[rows]
+        batch["old_logprobs"] = old
     ref = None
     if loss_cfg.kl_coef > 0:
         with torch.no_grad():
@@ -114,9 +122,9 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                                  temperature=temperature)
     totals: dict[str, float] = defaultdict(float)
     steps = 0
-    for mini in _chunks(len(samples), model_cfg.mini_batches):
+    for number, mini in enumerate(minis):
         idx = order[mini]
-        mask = batch["response_mask"][idx]
+        mask = mask_all[idx]
         tokens, seqs = mask.sum().clamp(min=1), len(idx)
         optimizer.zero_grad(set_to_none=True)
         for micro in _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size)):
@@ -124,13 +132,18 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             logp, entropy = token_logprobs(
                 model, batch["input_ids"][sel], batch["attention_mask"][sel],
                 micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
-            m = batch["response_mask"][sel]
+            m = mask_all[sel]
+            if fused and number == 0:  # no step taken yet: these weights ARE pi_old
+                batch["old_logprobs"][sel] = logp.detach() * m
+            old_sel = batch["old_logprobs"][sel]
+            is_w = None if not recompute_old else rollout_is_weights(
+                old_sel, rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
             loss, metrics = policy_loss(
-                logp, batch["old_logprobs"][sel], batch["advantages"][sel], m,
+                logp, old_sel, batch["advantages"][sel], m,
                 eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
                 ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
                 kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length, entropy=entropy,
-                is_weights=None if is_w is None else is_w[sel])
+                is_weights=is_w)
             share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
             (loss * share).backward()
             for key, value in metrics.items():
@@ -139,5 +152,12 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         optimizer.step()
         totals["grad_norm"] += float(grad_norm)
         steps += 1
+    extra: dict[str, float] = {}
+    if recompute_old:  # pi_old of every row is known now (fused rows were filled in the loop)
+        extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, mask_all)
+        is_w = rollout_is_weights(batch["old_logprobs"], rollout, mask_all,
+                                  loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+        if is_w is not None:
+            extra.update(is_weight_metrics(is_w, mask_all, loss_cfg.rollout_is_threshold))
     model.eval()
     return {**{key: value / steps for key, value in totals.items()}, **extra}
