@@ -98,6 +98,8 @@ class Browser:
                                                          "deviceScaleFactor": 1,
                                                          "mobile": False})
         self.send("Page.navigate", {"url": url})
+        self.wait_for(f"location.href === {json.dumps(url)} && "
+                      "document.readyState === 'complete'", what=f"{url} to load")
 
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", {"expression": expression,
@@ -107,12 +109,16 @@ class Browser:
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 60.0, what: str = ""):
-        """Poll ``expression`` until it is truthy; returns its value."""
+        """Poll ``expression`` until it is truthy; returns its value. A JS error (the
+        element is not there yet) counts as not yet."""
         deadline = time.monotonic() + timeout
         value = None
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
-            if value:
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as error:
+                value = error
+            if value and not isinstance(value, RuntimeError):
                 return value
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what or expression} (last: {value!r})")

@@ -1,0 +1,105 @@
+"""The dashboard on the planner service (issue 14): the distributed round's code path in one
+process (in-memory bus, SQLite store, scripted policies that delegate, real trainers on tiny
+models), the API with a token. In headless Chromium the page reads without a token, refuses
+to start a round with a wrong one, starts one with the right one, draws the new round's
+curves and shows an episode's sub-agent calls in the trace viewer."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+from services_testkit import make_bench, make_tiny, running_server, write_run_config
+
+from mgrpo.bus import InMemoryBus
+from mgrpo.config import Settings
+from mgrpo.services.context import load_service_config, open_store
+from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.subagent_worker import SubagentWorker
+from mgrpo.services.trainer import TrainerService
+
+TOKEN = "dash-token"
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory):
+    from mgrpo.services.api.app import create_app
+    from mgrpo.services.api.deps import ApiState
+
+    root = tmp_path_factory.mktemp("dashsvc")
+    cfg_path = write_run_config(root / "run.yaml", make_tiny(root / "tiny"),
+                                make_bench(root / "bench"), name="svcdash", k=2, queries=2)
+    settings = Settings(mode="embedded", database_url=f"sqlite:///{root}/store.db",
+                        checkpoint_uri=str(root / "ckpt"), run_config=str(cfg_path),
+                        engine="services_testkit:scripted_engine", api_token=TOKEN)
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = InMemoryBus(store)
+    for name, tool in (("searcher", "search"), ("coder", "python")):
+        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus)).start()
+    trainers = [TrainerService(settings, cfg, store, bus, m, poll_s=0.1)
+                for m in ("planner", "searcher", "coder")]
+    for trainer in trainers:
+        trainer.start()
+    try:
+        with running_server(create_app(ApiState(settings, cfg, store, bus))) as url:
+            yield url
+    finally:
+        for trainer in trainers:
+            trainer.stop()
+        bus.close()
+
+
+def test_reads_need_no_token_and_starting_needs_one(api_url):
+    with httpx.Client(base_url=api_url, timeout=30) as client:
+        assert client.get("/ui").status_code == 200
+        assert client.get("/v1/dashboard").json() == {
+            "mode": "embedded", "can_start_rounds": True, "token_required": True}
+        assert client.get("/v1/runs").status_code == 200
+        assert client.post("/v1/rounds", json={}).status_code == 401
+
+
+def test_browser_starts_a_round_with_the_token_and_traces_subagents(api_url, tmp_path):
+    from cdp_pipe import Browser, chromium_path
+
+    if chromium_path() is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("chromium is not installed (make browser-deps installs it)")
+        pytest.skip("chromium is not installed (make browser-deps installs it)")
+    submit = ("(() => { document.querySelector('#token').value = {token!r};"
+              " document.querySelector('#start button').click(); return true; })()")
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(f"{api_url}/ui?poll=300")
+        browser.wait_for("document.body.dataset.polls >= 1", what="a first poll")
+        assert browser.evaluate("document.querySelector('#start').hidden") is False
+        browser.evaluate(submit.replace("{token!r}", "'wrong'"))
+        msg = browser.wait_for("document.querySelector('#msg').textContent", what="a refusal")
+        assert msg.startswith("HTTP 403"), msg
+        browser.evaluate(submit.replace("{token!r}", repr(TOKEN)))
+        msg = browser.wait_for("(t => t.startsWith('started') && t)"
+                               "(document.querySelector('#msg').textContent)", what="a start")
+        assert msg == "started svcdash-r0000"
+        browser.wait_for("document.querySelector('#rounds tbody tr td:nth-child(3)')"
+                         "?.textContent === 'done'", timeout=120, what="the round done")
+        points = ("document.querySelector('[data-chart=\"reward\"] [data-key=\"{}\"]')"
+                  "?.dataset.points")
+        for key in ("planner/reward_mean", "searcher/reward_mean"):
+            assert browser.wait_for(points.format(key), what=key) == "1"
+        browser.wait_for("document.querySelectorAll('#episodes tbody tr').length === 4")
+        browser.evaluate("document.querySelector('#episodes tbody tr').click()")
+        browser.wait_for("document.querySelector('#trace')?.dataset.loaded", what="a trace")
+        subs = browser.evaluate("[...document.querySelectorAll('#trace .turn.sub')]"
+                                ".map(t => t.dataset.agent)")
+        assert subs and set(subs) <= {"searcher", "coder"} and "searcher" in subs
+        planner = browser.evaluate("document.querySelector('#trace .turn.planner pre.gen')"
+                                   ".textContent")
+        assert "<call>searcher|" in planner  # the planner's raw delegation, as generated
+        shot = browser.screenshot(tmp_path / "dashboard_services.png")
+    finally:
+        browser.close()
+    target = os.environ.get("MGRPO_SCREENSHOT_DIR")
+    if target:
+        shot.replace(os.path.join(target, "dashboard_services.png"))
