@@ -106,11 +106,22 @@ class PrivateRabbitMQ:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # else: kill our own process group below
             self.ctl("shutdown", timeout_s=60)
-        if self.proc.poll() is None:
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, 9)
             self.proc.wait(timeout=10)
         self._log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        _remove(self.dir)
+
+
+def _remove(folder: Path) -> None:
+    """rmtree, again while a stopping server still writes its last files."""
+    for _ in range(5):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(1)
 
 
 def _pg_bin() -> Path:
@@ -171,4 +182,4 @@ class PrivatePostgres:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # already stopped
             self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        _remove(self.dir)
