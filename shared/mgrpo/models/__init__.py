@@ -10,6 +10,7 @@ import importlib
 
 _EXPORTS = {
     "load_model": "mgrpo.models.loading",
+    "load_tokenizer": "mgrpo.models.loading",
     "ModelLoadError": "mgrpo.models.loading",
     "init_tiny": "mgrpo.models.tiny",
     "TinyModelConfig": "mgrpo.models.tiny",

@@ -56,3 +56,19 @@ def load_model(path: str | Path, device: str = "cpu", dtype=None):
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device).eval()
     return model, tokenizer
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer of a local model folder alone (an engine that holds the weights
+    elsewhere, e.g. a vLLM server, still needs it for prompts), with a pad token as in
+    :func:`load_model`."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load the tokenizer in {str(folder)!r}: {exc}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

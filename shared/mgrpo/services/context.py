@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,16 +93,43 @@ def trained_models(round_config: dict) -> list[str]:
     return list(round_config.get("trained_models", []))
 
 
+class EngineUnavailable(RuntimeError):
+    """The engine a run config names cannot run in this process (not installed)."""
+
+
+def agent_engine(cfg: RunConfig, role: str, settings: Settings) -> str:
+    """The engine of ``role``: the run config's ``engines.<role>``, else ``MGRPO_ENGINE``."""
+    return cfg.engines.get(role, settings.engine)
+
+
 def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any, Any]:
-    """(model, tokenizer, engine) for a local HF folder. ``engine``: ``torch`` or a
-    ``module:factory`` path (``MGRPO_ENGINE``) called as ``factory(path, device)``."""
+    """(model, tokenizer, engine) for a local HF folder. ``engine``: ``torch``; ``vllm``
+    (model None: the weights live in vLLM); an ``http(s)://`` URL of an OpenAI-compatible
+    server (model None; the tokenizer is read from ``path``); or a ``module:factory`` path
+    (``MGRPO_ENGINE``) called as ``factory(path, device)``."""
+    if engine == "vllm":
+        import importlib.util
+
+        from mgrpo.engines.vllm_engine import INSTALL_HINT, VLLMEngine
+
+        if importlib.util.find_spec("vllm") is None:
+            raise EngineUnavailable(f"engine 'vllm' is not installed in {sys.executable}. "
+                                    f"{INSTALL_HINT}")
+        from mgrpo.models import load_tokenizer
+
+        return None, load_tokenizer(path), VLLMEngine(path)
+    if engine.startswith(("http://", "https://")):
+        from mgrpo.engines.remote import RemoteEngine
+        from mgrpo.models import load_tokenizer
+
+        return None, load_tokenizer(path), RemoteEngine(engine)
     if engine != "torch":
         import importlib
 
         module, _, attr = engine.partition(":")
         if not attr:
-            raise ValueError(f"MGRPO_ENGINE={engine!r} must be 'torch' or "
-                             "'package.module:factory'")
+            raise ValueError(f"MGRPO_ENGINE={engine!r} must be 'torch', 'vllm', an http(s) "
+                             "URL or 'package.module:factory'")
         return getattr(importlib.import_module(module), attr)(path, device)
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model

@@ -40,7 +40,13 @@ from mgrpo.envs import protocol as P
 from mgrpo.envs.questions import Question
 from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.services.batching import consume_batches
-from mgrpo.services.context import Queues, load_engine, refresh_weights, trained_models
+from mgrpo.services.context import (
+    Queues,
+    agent_engine,
+    load_engine,
+    refresh_weights,
+    trained_models,
+)
 from mgrpo.services.dispatch import BusDispatch
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
@@ -92,7 +98,7 @@ class PlannerRuntime:
               reply_suffix: str = "") -> PlannerRuntime:
         model_name = cfg.agents["planner"]
         _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
-                                           settings.engine)
+                                           agent_engine(cfg, "planner", settings))
         refresh_weights(store, engine, model_name, cfg.name, cfg.model_dump(mode="json"))
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer)

@@ -25,7 +25,7 @@ import threading
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
-from mgrpo.services.context import Queues, build_tool, load_engine, refresh_weights
+from mgrpo.services.context import Queues, agent_engine, build_tool, load_engine, refresh_weights
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
 from mgrpo.training.subagents import run_subagent_calls
@@ -44,7 +44,8 @@ class SubagentWorker:
         self.name, self.tool_name = name, tool
         self.model = cfg.agents.get(name, name)
         path = model_path or cfg.models[self.model].path
-        _, tokenizer, engine = load_engine(path, settings.device, settings.engine)
+        _, tokenizer, engine = load_engine(path, settings.device,
+                                           agent_engine(cfg, name, settings))
         refresh_weights(store, engine, self.model, cfg.name, cfg.model_dump(mode="json"))
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),

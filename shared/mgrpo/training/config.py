@@ -152,6 +152,13 @@ class RunConfig(StrictModel):
                                  "coder": "coder"},
         description="agent role -> model name. Map several roles to one model to share it.")
     models: dict[str, ModelConfig]
+    engines: dict[str, str] = Field(
+        default_factory=dict, description="Agent role -> inference engine of its rollouts "
+        "(distributed mode; roles not listed: MGRPO_ENGINE, default torch): `torch` "
+        "(TorchEngine), `vllm` (VLLMEngine in the worker's process: vLLM must be installed "
+        "there) or the http(s) URL of an OpenAI-compatible server serving that role's model "
+        "(`vllm serve`, `mgrpo serve engine`), e.g. http://vllm-planner:8000. The trainer "
+        "always trains with torch; workers reload each new checkpoint into their engine.")
     k: int = Field(8, ge=2, description="Rollouts per query (paper: 8).")
     queries_per_round: int = Field(16, ge=1)
     d: int | Literal["auto"] = Field(
@@ -198,6 +205,14 @@ class RunConfig(StrictModel):
             if judge.kind == "rule" and (judge.model or judge.url or judge.prompt):
                 raise ValueError(f"judges.{role}: kind rule takes no model/url/prompt; "
                                  "set kind: llm to use a model")
+        for role, engine in self.engines.items():
+            if role not in self.agents:
+                raise ValueError(f"engines.{role}: not a role of `agents` "
+                                 f"({sorted(self.agents)})")
+            if engine not in ("torch", "vllm") and not engine.startswith(("http://",
+                                                                           "https://")):
+                raise ValueError(f"engines.{role}={engine!r}: use torch, vllm, or the "
+                                 "http(s):// URL of an OpenAI-compatible server")
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self

@@ -99,6 +99,10 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
 
+    other = {role: e for role, e in cfg.engines.items() if e != "torch"}
+    if other:
+        raise ValueError(f"engines {other}: the embedded mode samples with the torch engine "
+                         "only; run the services (`mgrpo up`) for vllm or server engines")
     torch.manual_seed(cfg.seed)
     bench = load_benchmark(cfg.bench_dir)
     models: dict[str, LoadedModel] = {}
