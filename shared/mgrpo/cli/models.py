@@ -62,3 +62,24 @@ def info_cmd(path: Path = typer.Argument(..., help="Model folder.")) -> None:
     typer.echo(json.dumps({"model_type": model.config.model_type,
                            "parameters": count_parameters(model), "vocab": len(tokenizer),
                            "pad": tokenizer.pad_token, "eos": tokenizer.eos_token}, indent=2))
+
+
+@app.command("import")
+def import_cmd(
+    src: Path = typer.Argument(..., help="Local Hugging Face model folder (own tokenizer and "
+                               "chat template)."),
+    out: Path = typer.Option(..., "--out", help="New folder to write (name it in the run "
+                             "config under models.<m>.path)."),
+    roles: str = typer.Option("planner,searcher,coder", "--roles", help="Agent roles whose "
+                              "<|role|> markers are needed, comma-separated."),
+) -> None:
+    """Make a model speak the protocol: every marker one token (added as special tokens where
+    needed, embeddings resized). Prints a JSON report."""
+    from mgrpo.models.importing import import_model
+
+    try:
+        report = import_model(src, out, tuple(r.strip() for r in roles.split(",") if r.strip()))
+    except (FileExistsError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(report))

@@ -61,7 +61,10 @@ class RemoteEngine:
                 "temperature": p.temperature, "top_p": p.top_p,
                 "top_k": p.top_k if p.top_k > 0 else -1, "stop": list(p.stop),
                 "stop_token_ids": list(p.stop_token_ids), "seed": p.seed, "logprobs": 0,
-                "return_tokens_as_token_ids": True}
+                "return_tokens_as_token_ids": True,
+                # keep the protocol markers (special tokens) in the text, unspaced: vLLM
+                # drops special tokens from the text by default
+                "skip_special_tokens": False, "spaces_between_special_tokens": False}
         if self.model:
             body["model"] = self.model
         return body

@@ -69,7 +69,10 @@ class VLLMEngine:
             temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else -1,
             max_tokens=p.max_new_tokens, stop=list(p.stop) or None,
             stop_token_ids=list(p.stop_token_ids) or None, seed=p.seed, logprobs=0,
-            include_stop_str_in_output=True)
+            include_stop_str_in_output=True,
+            # the protocol markers are special tokens: keep them in the text (vLLM's default
+            # drops them, and the parser would see no <call>), unspaced like tokenizer.decode
+            skip_special_tokens=False, spaces_between_special_tokens=False)
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
