@@ -15,6 +15,7 @@ from vllm_process import (
     TEXTS,
     TOLERANCE,
     VLLMProcess,
+    assert_special_tokens_in_text,
     max_abs_diff,
     print_figure,
     prompts,
@@ -55,8 +56,8 @@ def test_vllm_logprobs_match_the_torch_model_teacher_forced(vllm, torch_side, te
     model, tok = torch_side
     outs = vllm_sample(vllm, prompts(tok), temperature)
     assert [len(o["completion_ids"]) for o in outs] == [len(o["logprobs"]) for o in outs]
-    # the text keeps special tokens (the protocol markers are special tokens)
-    assert [o["text"] for o in outs] == [tok.decode(o["completion_ids"]) for o in outs]
+    checked = assert_special_tokens_in_text(tok, outs)
+    assert checked >= 1 or temperature != 1.0  # these seeds sample a marker at T = 1
     assert sum(len(o["completion_ids"]) for o in outs) >= len(TEXTS) * 2
     diff = max_abs_diff(outs, teacher_forced(model, tok.pad_token_id, outs, temperature))
     print_figure(f"max |logp_vllm - logp_torch| at T={temperature} "

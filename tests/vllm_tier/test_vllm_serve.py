@@ -14,6 +14,7 @@ from vllm_process import (
     NEW_TOKENS,
     TOLERANCE,
     VLLMServer,
+    assert_special_tokens_in_text,
     max_abs_diff,
     print_figure,
     prompts,
@@ -73,7 +74,8 @@ def test_vllm_serve_completions_match_the_torch_model(remote, torch_side, temper
     for o in outs:
         assert 0 < len(o["completion_ids"]) == len(o["logprobs"]) <= NEW_TOKENS
         assert all(0 <= t < vocab for t in o["completion_ids"])
-        assert o["text"] == tok.decode(o["completion_ids"])
+    checked = assert_special_tokens_in_text(tok, outs)
+    assert checked >= 1 or temperature != 1.0  # these seeds sample a marker at T = 1
     diff = max_abs_diff(outs, teacher_forced(model, tok.pad_token_id, outs, temperature))
     print_figure(f"vllm serve: max |logp - logp_torch| at T={temperature}", f"{diff:.2e}")
     assert diff < TOLERANCE

@@ -194,3 +194,19 @@ def sft_step(model, tok, completions: list[dict], lr: float = 1e-2) -> None:
     masked_nll(model, ids, mask, loss_mask, backward=True)
     optimizer.step()
     model.eval()
+
+
+def assert_special_tokens_in_text(tok, completions: list[dict]) -> int:
+    """Every special token sampled (the protocol markers are special tokens) appears in the
+    completion's text. (Not text == decode: vLLM's incremental detokenizer holds back an
+    incomplete UTF-8 byte sequence at the end, which a random tiny model often samples.)
+    Returns how many special tokens were checked."""
+    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items()
+                                          if t.special}
+    checked = 0
+    for c in completions:
+        for token in c["completion_ids"]:
+            if token in special:
+                assert tok.convert_ids_to_tokens(token) in c["text"], (token, c["text"])
+                checked += 1
+    return checked
