@@ -54,6 +54,9 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
         "per model): renewed every third of it; a second trainer of the model waits, and "
         "takes over this long after the first one died (at once if it stopped cleanly).")
+    tensorboard_dir: str | None = Field(
+        None, description="Trainer services also write TensorBoard events of each trained "
+        "round to <dir>/<run_id>/<model>/ (step = round index). Unset: store only.")
     device: str = Field("cpu", description="torch device for models: cpu, cuda, cuda:1 ...")
     log_level: str = "INFO"
     run_config: str | None = Field(

@@ -138,6 +138,11 @@ class TrainerService:
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = LeaseKeeper(store, f"trainer:{model}", holder, settings.trainer_lease_s)
         self._leased = False  # True once start() runs under the lease
+        self.tensorboard = None
+        if settings.tensorboard_dir:
+            from mgrpo.training.tb_sink import TensorBoardSink
+
+            self.tensorboard = TensorBoardSink(settings.tensorboard_dir, model)
 
     def load(self) -> None:
         """Load the model's folder; the weights of a run are put in by :meth:`activate`."""
@@ -221,6 +226,8 @@ class TrainerService:
         self._wake.set()
         if self._leased:
             self.lease.stop(release=True)
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
     def handle(self, message) -> None:
         if isinstance(message, RoundCommand):
@@ -321,8 +328,10 @@ class TrainerService:
             store.publish_group_stats(round_id, lm.name, self.roles[0],
                                       [GroupStatIn(group_key="(none)", n=0, mean=0.0, std=0.0)],
                                       published_by=f"trainer-{lm.name}")
-        store.record_metrics(record.run_id, round_id,
-                             {**metrics, f"{lm.name}/trajectories": float(len(trajs))})
+        recorded = {**metrics, f"{lm.name}/trajectories": float(len(trajs))}
+        store.record_metrics(record.run_id, round_id, recorded)
+        if self.tensorboard is not None:
+            self.tensorboard.log(record.run_id, record.index, recorded)
         self.bus.announce_weights(WeightsAnnouncement(
             model=lm.name, version=record_ck.version, uri=record_ck.uri,
             sha256=record_ck.sha256, round_id=round_id))

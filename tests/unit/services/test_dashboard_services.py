@@ -7,6 +7,7 @@ curves and shows an episode's sub-agent calls in the trace viewer."""
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 import pytest
@@ -32,7 +33,8 @@ def api_url(tmp_path_factory):
                                 make_bench(root / "bench"), name="svcdash", k=2, queries=2)
     settings = Settings(mode="embedded", database_url=f"sqlite:///{root}/store.db",
                         checkpoint_uri=str(root / "ckpt"), run_config=str(cfg_path),
-                        engine="services_testkit:scripted_engine", api_token=TOKEN)
+                        engine="services_testkit:scripted_engine", api_token=TOKEN,
+                        tensorboard_dir=str(root / "tb"))
     cfg = load_service_config(settings)
     store = open_store(settings)
     bus = InMemoryBus(store)
@@ -45,7 +47,7 @@ def api_url(tmp_path_factory):
         trainer.start()
     try:
         with running_server(create_app(ApiState(settings, cfg, store, bus))) as url:
-            yield url
+            yield url, store, root / "tb"
     finally:
         for trainer in trainers:
             trainer.stop()
@@ -53,6 +55,7 @@ def api_url(tmp_path_factory):
 
 
 def test_reads_need_no_token_and_starting_needs_one(api_url):
+    api_url = api_url[0]
     with httpx.Client(base_url=api_url, timeout=30) as client:
         assert client.get("/ui").status_code == 200
         assert client.get("/v1/dashboard").json() == {
@@ -70,6 +73,7 @@ def test_browser_starts_a_round_with_the_token_and_traces_subagents(api_url, tmp
         pytest.skip("chromium is not installed (make browser-deps installs it)")
     submit = ("(() => { document.querySelector('#token').value = {token!r};"
               " document.querySelector('#start button').click(); return true; })()")
+    api_url = api_url[0]
     browser = Browser(tmp_path / "profile")
     try:
         browser.open(f"{api_url}/ui?poll=300")
@@ -103,3 +107,28 @@ def test_browser_starts_a_round_with_the_token_and_traces_subagents(api_url, tmp
     target = os.environ.get("MGRPO_SCREENSHOT_DIR")
     if target:
         shot.replace(os.path.join(target, "dashboard_services.png"))
+
+
+def test_trainers_write_tensorboard_per_run_and_model(api_url):
+    """MGRPO_TENSORBOARD_DIR: each trainer's round metrics as events in <dir>/<run>/<model>,
+    equal to what it recorded in the store."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    url, store, tb = api_url
+    if not store.list_rounds("svcdash"):  # run alone: start the round the browser test starts
+        httpx.post(f"{url}/v1/rounds", json={}, timeout=60,
+                   headers={"Authorization": f"Bearer {TOKEN}"}).raise_for_status()
+    deadline = time.monotonic() + 120
+    while store.list_rounds("svcdash")[0].status != "done" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    round_id = store.list_rounds("svcdash")[0].round_id
+    recorded = store.metrics("svcdash", round_id)[round_id]
+    assert sorted(p.name for p in (tb / "svcdash").iterdir()) == ["coder", "planner", "searcher"]
+    for model in ("planner", "searcher"):
+        events = EventAccumulator(str(tb / "svcdash" / model))
+        events.Reload()
+        key = f"{model}/pg_loss"
+        (scalar,) = events.Scalars(key)
+        assert scalar.step == 0
+        assert scalar.value == pytest.approx(recorded[key], rel=1e-6)
+        assert f"{model}/trajectories" in events.Tags()["scalars"]
