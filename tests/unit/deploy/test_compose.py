@@ -58,7 +58,8 @@ def test_every_model_has_a_gpu_trainer_and_a_cpu_trainer():
         assert gpu["build"]["target"] == "trainer-cuda"
         assert "deploy" not in cpu and cpu["build"]["target"] == "trainer"
     profiled = {name for name, s in services.items() if "profiles" in s}
-    assert profiled == {f"trainer-{m}{suffix}" for m in MODELS for suffix in ("", "-cpu")}
+    assert profiled == {f"trainer-{m}{suffix}" for m in MODELS
+                        for suffix in ("", "-cpu")} | {"prometheus", "grafana"}
 
 
 def test_startup_order_waits_for_healthy_store_and_finished_migration():
