@@ -168,12 +168,16 @@ def question_lookup(store, bench=None) -> Callable[[str], tuple[str | None, str 
     rounds write it), else the run's benchmark (the embedded loop keeps questions there
     only). ``bench`` may be a zero-argument callable (loaded only when needed)."""
     by_id: dict[str, tuple[str | None, str | None]] | None = None
+    seen: dict[str, tuple[str | None, str | None]] = {}  # K rollouts share a query
 
     def lookup(query_id: str) -> tuple[str | None, str | None]:
         nonlocal by_id
+        if query_id in seen:
+            return seen[query_id]
         query = store.get_query(query_id)
         if query is not None and query.question:
-            return query.question, query.answer
+            seen[query_id] = (query.question, query.answer)
+            return seen[query_id]
         if by_id is None:
             try:
                 loaded = bench() if callable(bench) else bench
