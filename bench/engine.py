@@ -3,8 +3,10 @@
 Same model, same prompts (unequal lengths, left-padded), same number of new tokens (EOS is
 ignored by both so every row generates exactly ``new_tokens``), sampling at temperature 1.
 Two HF rows: plain ``generate`` and ``generate`` with ``output_logits`` (what a trainer would
-need to get per-token logprobs). Best of ``--repeats`` wall times; the three run in turn
-each repeat.
+need to get per-token logprobs), and the engine with the sorted sampling path of earlier
+versions (``sort_free=False``) beside the default sort-free one. Best of ``--repeats`` wall
+times; the four run in turn each repeat. The load average is recorded before and after: on
+a shared machine compare the ratios of one run, not absolute figures across runs.
 
 Prints JSON and writes ``bench/results/engine.json``. Usage::
 
@@ -63,6 +65,8 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = load_model(init_tiny(tmp, TinyModelConfig()))
     engine = TorchEngine(model, tok, stop_at_eos=False)
+    sorted_engine = TorchEngine(model, tok, stop_at_eos=False, sort_free=False)
+    load_before = os.getloadavg()
     rows = []
     for batch in batch_sizes:
         prompts = _prompts(batch, len(tok), seed=batch)
@@ -73,6 +77,7 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
         engine.generate(requests[:1])  # warm-up
         best = _best_interleaved({
             "engine": lambda r=requests: engine.generate(r),
+            "engine_sorted": lambda r=requests: sorted_engine.generate(r),
             "hf": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, False),
             "hf_logits": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, True)},
             repeats)
@@ -81,12 +86,17 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
                      "torch_engine_tok_s": round(tokens / t_engine, 1),
                      "hf_generate_tok_s": round(tokens / t_hf, 1),
                      "hf_generate_logits_tok_s": round(tokens / t_hf_lp, 1),
-                     "speedup_vs_hf": round(t_hf / t_engine, 2)})
+                     "torch_engine_sorted_tok_s": round(tokens / best["engine_sorted"], 1),
+                     "speedup_vs_hf": round(t_hf / t_engine, 2),
+                     "sorted_speedup_vs_hf": round(t_hf / best["engine_sorted"], 2),
+                     "sort_free_vs_sorted": round(best["engine_sorted"] / t_engine, 2)})
     return {"model": "tiny qwen2 (hidden 128, 5 layers)", "device": "cpu",
             "parameters": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "machine": platform.processor() or platform.machine(), "repeats": repeats,
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
             "results": rows}
 
 

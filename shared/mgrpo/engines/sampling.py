@@ -31,13 +31,18 @@ def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torc
 
 
 def sample_next(logits: torch.Tensor, params: list[SamplingParams],
-                generators: list[torch.Generator]) -> torch.Tensor:
+                generators: list[torch.Generator], sort_free: bool = True) -> torch.Tensor:
     """Choose the next token per row, vectorised over the batch. logits: (B, V) raw.
 
     Per row: temperature 0 = argmax. Otherwise ``softmax(logits / T)`` restricted to the top-k
     tokens (k = 0: all) and to the top-p nucleus (the smallest set of most likely tokens whose
     mass reaches top_p; the most likely token is always kept), then one draw by inverse CDF
     with a uniform number from the row's own generator. Returns (B,) long.
+
+    ``sort_free`` (default): when no row filters (top_k off, top_p = 1) the CDF runs over the
+    vocabulary in its own order: no (B, V) sort, which cost ~14% of a generation. Same
+    distribution and the same one uniform per row per step, but a seed maps to a different
+    token than with ``sort_free=False`` (the CDF's order differs).
     """
     batch, vocab = logits.shape
     device = logits.device
@@ -46,6 +51,15 @@ def sample_next(logits: torch.Tensor, params: list[SamplingParams],
     if bool(greedy.all()):
         return chosen
     temperature = torch.tensor([max(p.temperature, 1e-6) for p in params], device=device)
+    # one uniform per row from the row's own generator: its stream ignores other rows
+    uniform = torch.stack([torch.rand((), generator=g, device=g.device)
+                           for g in generators]).to(device)
+    if sort_free and all(not 0 < p.top_k < vocab and p.top_p >= 1 for p in params):
+        cdf = torch.softmax(logits.float() / temperature[:, None], dim=-1).cumsum(-1)
+        # (1 - u) in (0, 1]: the target is > 0, so a zero-probability token is never chosen
+        target = (1.0 - uniform)[:, None] * cdf[:, -1:]
+        sampled = torch.searchsorted(cdf, target).clamp(max=vocab - 1).squeeze(-1)
+        return torch.where(greedy, chosen, sampled)
     top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params],
                          device=device)
     top_p = torch.tensor([p.top_p for p in params], device=device)
@@ -57,9 +71,7 @@ def sample_next(logits: torch.Tensor, params: list[SamplingParams],
     keep = (rank < top_k[:, None]) & (mass_before < top_p[:, None])
     keep[:, 0] = True
     cdf = (probs * keep).cumsum(-1)  # (B, V)
-    # one uniform per row from the row's own generator: its stream ignores other rows
-    uniform = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])
-    target = uniform.to(device)[:, None] * cdf[:, -1:]
+    target = uniform[:, None] * cdf[:, -1:]
     index = torch.searchsorted(cdf, target).clamp(max=vocab - 1)  # (B, 1)
     sampled = order.gather(-1, index).squeeze(-1)
     return torch.where(greedy, chosen, sampled)

@@ -19,7 +19,9 @@ temperature computes (``mgrpo.models.logprobs.token_logprobs(..., temperature=T)
 what the trainer trains. They are NOT renormalised over a top-k/top-p set (the run config
 refuses those for training, see ``mgrpo.training.config.SamplingConfig``).
 
-Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request).
+Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request). Without top-k/top-p
+the draw skips the vocabulary sort (``sort_free=True``, the default; ``False`` gives the
+sorted inverse CDF of earlier versions, same distribution, other tokens for a seed).
 
 What it does NOT do: continuous batching (a batch runs to its end), prefix caching across
 calls, speculative decoding, or beam search.
@@ -52,7 +54,7 @@ class TorchEngine:
     """The default :class:`~mgrpo.engines.base.Engine`: transformers + PyTorch."""
 
     def __init__(self, model, tokenizer, device: str = "cpu", max_batch_size: int = 64,
-                 stop_at_eos: bool = True, version: int = 0):
+                 stop_at_eos: bool = True, version: int = 0, sort_free: bool = True):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         self.model = model.to(device).eval()
@@ -61,6 +63,7 @@ class TorchEngine:
         self.max_batch_size = max_batch_size
         self.stop_at_eos = stop_at_eos
         self.version = version
+        self.sort_free = sort_free  # see mgrpo.engines.sampling.sample_next
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
 
@@ -155,13 +158,13 @@ class TorchEngine:
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         next_pos = positions[:, -1:] + 1  # (B, 1)
+        # per-row constants, built once per batch and cut down with it (not once per token)
+        params, generators = [r.request.params for r in live], [r.generator for r in live]
+        temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
+                             device=self.device)[:, None]
         while True:
             logits = out.logits[:, -1].float()  # (B, V)
-            tokens = sample_next(logits, [r.request.params for r in live],
-                                 [r.generator for r in live])
-            temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0
-                                  for p in (r.request.params for r in live)],
-                                 device=logits.device)[:, None]
+            tokens = sample_next(logits, params, generators, sort_free=self.sort_free)
             scaled = logits / temps
             logp = scaled.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
             for row, tok, lp in zip(live, tokens.tolist(), logp.tolist(), strict=True):
@@ -173,7 +176,9 @@ class TorchEngine:
                 index = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(index)
                 mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
+                temps = temps[index]
                 live = [live[i] for i in keep]
+                params, generators = [params[i] for i in keep], [generators[i] for i in keep]
             mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
             out = self.model(input_ids=tokens[:, None], attention_mask=mask,
                              position_ids=next_pos, past_key_values=cache, use_cache=True)

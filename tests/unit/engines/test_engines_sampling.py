@@ -49,3 +49,42 @@ def test_stop_window_covers_the_longest_stop_string():
     assert stop_window([]) == 1
     assert stop_window(["</call>", "ab"]) == len("</call>") + 1
     assert hits_stop_string("xx</call>", ["</call>"]) and not hits_stop_string("x", [""])
+
+
+# a small vocabulary whose own order is NOT the order of probability (the sort-free CDF
+# runs in vocabulary order; the sorted one in probability order)
+SHUFFLED = torch.log(torch.tensor([0.05, 0.3, 0.0001, 0.15, 0.2, 0.2999]))
+
+
+def test_sort_free_draws_follow_the_same_softmax_as_the_sorted_path():
+    n = 6000
+    for temperature in (1.0, 0.6):
+        probs = torch.softmax(SHUFFLED / temperature, -1)
+        for sort_free in (True, False):
+            gen = make_generator(3)
+            params = [SamplingParams(temperature=temperature)]
+            draws = torch.tensor([int(sample_next(SHUFFLED[None], params, [gen],
+                                                  sort_free=sort_free)[0]) for _ in range(n)])
+            freq = torch.bincount(draws, minlength=6).double()
+            expected = probs.double() * n
+            chi2 = float(((freq - expected) ** 2 / expected).sum())
+            assert chi2 < 20.5, (temperature, sort_free, freq)  # p = 0.001 at 5 dof
+
+
+def test_sort_free_is_taken_only_without_top_k_or_top_p():
+    # same seed: the sort-free stream differs from the sorted one on a shuffled vocabulary ...
+    def stream(params, sort_free):
+        gen = make_generator(5)
+        return [int(sample_next(SHUFFLED[None], [params], [gen], sort_free=sort_free)[0])
+                for _ in range(40)]
+
+    plain = SamplingParams(temperature=1.0)
+    assert stream(plain, True) != stream(plain, False)
+    # ... but a filtering row always uses the sorted path, whatever the flag
+    for filtered in (SamplingParams(temperature=1.0, top_k=3),
+                     SamplingParams(temperature=1.0, top_p=0.7)):
+        assert stream(filtered, True) == stream(filtered, False)
+    # a (1 - u) target never lands on a zero-probability token
+    zero = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]])
+    gen = make_generator(0)
+    assert {int(sample_next(zero, [plain], [gen])[0]) for _ in range(300)} == {0, 2}

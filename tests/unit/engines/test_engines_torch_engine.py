@@ -141,3 +141,14 @@ def test_load_weights_from_state_dict_and_checkpoint(tiny, tmp_path):
     engine.load_weights(uri, version=5)
     assert engine.version == 5
     assert [o.completion_ids for o in engine.generate(requests)] == after
+
+
+@pytest.mark.parametrize("sort_free", [True, False])
+def test_sort_free_and_sorted_engines_report_the_teacher_forced_logprobs(tiny, sort_free):
+    model, tok = tiny
+    engine = TorchEngine(model, tok, stop_at_eos=False, sort_free=sort_free)
+    outs = engine.generate(_requests(_prompts(tok), temperature=0.7, max_new_tokens=12))
+    for out, ref in zip(outs, _teacher_forced(model, tok.pad_token_id, outs, 0.7),
+                        strict=True):
+        assert len(out.completion_ids) == 12
+        assert torch.allclose(torch.tensor(out.logprobs), ref, atol=1e-4), (out, ref)

@@ -124,7 +124,7 @@ def test_trainer_trains_the_temperature_it_sampled_at(tiny_dir):
     assert same["searcher/rollout_logp_diff_max"] < 1e-4
     assert same["planner/rollout_kl"] < 1e-8
     at_one = _update(tiny_dir, samples, temperature=1.0)  # what main did: trained at T = 1
-    assert at_one["planner/rollout_logp_diff_mean"] > 0.1
+    assert at_one["planner/rollout_logp_diff_mean"] > 0.05  # ~0.1 (seed-dependent) vs < 1e-4
 
 
 def test_rollout_is_reweights_the_policy_loss_by_the_truncated_ratio(tiny_dir):
