@@ -23,7 +23,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools browser-deps vllm-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools browser-deps screenshots vllm-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
 
 venv: $(STAMP)
 
@@ -50,8 +50,8 @@ $(FUZZ_STAMP):
 	touch $(FUZZ_STAMP)
 
 # Headless Chromium (Debian's package, as root; .ci/run runs it) for the check that /docs and
-# /redoc render offline (tests/unit/services/test_api_docs_render.py; skipped without it
-# unless CI=true).
+# /redoc render offline (tests/unit/services/test_api_docs_render.py) and the dashboard tests
+# (tests/unit/services/test_dashboard*.py); skipped without it unless CI=true.
 browser-deps:
 	command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
@@ -75,6 +75,11 @@ $(VLLM_STAMP): Makefile pyproject.toml
 # it). Without it the sandbox and its tests use the unshare-based "root" mode only.
 sandbox-deps:
 	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
+
+# The dashboard screenshots in docs/img, taken by its browser tests (docs/dashboard.md).
+screenshots: venv browser-deps
+	MGRPO_SCREENSHOT_DIR=$(CURDIR)/docs/img $(BIN)/pytest -q -k browser \
+	  tests/unit/services/test_dashboard.py tests/unit/services/test_dashboard_services.py
 
 test: venv tools vllm-venv
 	$(BIN)/pytest tests
