@@ -12,12 +12,19 @@ logprobs (``Trajectory.old_logprobs``) are kept to report the sampler/trainer mi
 agent and, with ``loss.rollout_is``, to weight the loss by truncated pi_old / pi_rollout
 (:mod:`mgrpo.algo.rollout_correction`). With ``loss.kl_coef > 0`` the caller passes the
 frozen reference (:mod:`mgrpo.training.reference`).
+Data parallel (``shard=(rank, world)``, :mod:`mgrpo.training.distributed`): every rank has
+the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
+mini-batch, the model is a ``DistributedDataParallel`` whose all-reduce (an average) syncs the
+gradients once per mini-batch (``no_sync`` before); the local loss is multiplied by ``world``
+so the average equals the single-process sum. Every rank makes the same number of backward
+passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 
@@ -54,6 +61,24 @@ def _chunks(n: int, parts: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def _gather_shards(totals: dict[str, float], batch: dict, first_rows, world: int
+                   ) -> dict[str, float]:
+    """After a data-parallel update: the metrics summed over the ranks' micro-batches
+    (grad_norm is the same on every rank), and the first mini-batch's fused pi_old rows,
+    each filled by the one rank that ran them (the others hold zeros there)."""
+    import torch.distributed as dist
+
+    keys = sorted(totals)
+    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(summed)
+    if first_rows is not None:
+        part = batch["old_logprobs"][first_rows].contiguous()
+        dist.all_reduce(part)
+        batch["old_logprobs"][first_rows] = part
+    return {k: (float(v) / world if k == "grad_norm" else float(v))
+            for k, v in zip(keys, summed, strict=True)}
+
+
 def qualify(metrics: dict[str, float], model: str) -> dict[str, float]:
     """Prefix :func:`policy_update`'s model-level keys with ``model/``; per-agent keys
     (already ``agent/...``) stay as they are."""
@@ -76,7 +101,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
                   norm_length: int | None = None, temperature: float = 1.0,
-                  reuse_first_pass: bool = True) -> dict[str, float]:
+                  reuse_first_pass: bool = True, shard: tuple[int, int] = (0, 1),
+                  ) -> dict[str, float]:
     """Train ``model`` on ``samples`` for one epoch; returns averaged metrics (model-level
     keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`). ``norm_length``:
     Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
@@ -122,36 +148,47 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                                  temperature=temperature)
     totals: dict[str, float] = defaultdict(float)
     steps = 0
+    rank, world = shard
     for number, mini in enumerate(minis):
         idx = order[mini]
         mask = mask_all[idx]
         tokens, seqs = mask.sum().clamp(min=1), len(idx)
         optimizer.zero_grad(set_to_none=True)
-        for micro in _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size)):
-            sel = idx[micro]
-            logp, entropy = token_logprobs(
-                model, batch["input_ids"][sel], batch["attention_mask"][sel],
-                micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
-            m = mask_all[sel]
-            if fused and number == 0:  # no step taken yet: these weights ARE pi_old
-                batch["old_logprobs"][sel] = logp.detach() * m
-            old_sel = batch["old_logprobs"][sel]
-            is_w = None if not recompute_old else rollout_is_weights(
-                old_sel, rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
-            loss, metrics = policy_loss(
-                logp, old_sel, batch["advantages"][sel], m,
-                eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
-                ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
-                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length, entropy=entropy,
-                is_weights=is_w)
-            share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
-            (loss * share).backward()
+        micros = _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size))
+        mine = micros[rank::world]
+        for j in range(-(-len(micros) // world)):  # the same number of passes on every rank
+            real = j < len(mine)
+            sel = idx[mine[j] if real else micros[0]]
+            sync = world == 1 or j == -(-len(micros) // world) - 1
+            with nullcontext() if sync else model.no_sync():  # DDP: forward AND backward
+                logp, entropy = token_logprobs(
+                    model, batch["input_ids"][sel], batch["attention_mask"][sel],
+                    micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
+                m = mask_all[sel]
+                if fused and number == 0 and real:  # no step taken yet: these ARE pi_old
+                    batch["old_logprobs"][sel] = logp.detach() * m
+                old_sel = batch["old_logprobs"][sel] if real else logp.detach() * m
+                is_w = None if not recompute_old else rollout_is_weights(
+                    old_sel, rollout[sel], m, loss_cfg.rollout_is,
+                    loss_cfg.rollout_is_threshold)
+                loss, metrics = policy_loss(
+                    logp, old_sel, batch["advantages"][sel], m,
+                    eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
+                    ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
+                    kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
+                    entropy=entropy, is_weights=is_w)
+                share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" \
+                    else len(sel) / seqs
+                share = share if real else share * 0.0
+                (loss * (share * world) if world > 1 else loss * share).backward()
             for key, value in metrics.items():
                 totals[key] += float(value) * float(share)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
         optimizer.step()
         totals["grad_norm"] += float(grad_norm)
         steps += 1
+    if world > 1:
+        totals = _gather_shards(totals, batch, order[minis[0]] if fused else None, world)
     extra: dict[str, float] = {}
     if recompute_old:  # pi_old of every row is known now (fused rows were filled in the loop)
         extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, mask_all)

@@ -1,0 +1,128 @@
+"""One model's policy update as a ``torchrun`` job of N ranks (issue 13 item 3, first part).
+
+Why DDP and not FSDP2: ``torch.distributed.fsdp.fully_shard`` shards parameters over
+DTensors; on this machine's CPU-only gloo build we use DistributedDataParallel, which every
+backend supports, keeps a full model per rank (the tiny models fit anywhere) and gives the
+single-process update up to float summation order. FSDP2 is the step for a model that does
+not fit one device; it is not wired here.
+
+- Rendezvous and backend: ``torchrun`` sets RANK / WORLD_SIZE / MASTER_ADDR; the backend is
+  ``gloo`` on CPU, ``nccl`` when the device is CUDA.
+- Samples: rank 0 alone reads them (here from a JSON file; in a service, from the store)
+  and broadcasts them (``broadcast_object_list``), so every rank has the same samples in
+  the same order; :func:`mgrpo.training.update.policy_update` with ``shard=(rank, world)``
+  splits each mini-batch's micro-batches over the ranks.
+- Checkpoint: rank 0 writes the same Hugging Face folder a single-process trainer writes
+  (``mgrpo.models.checkpoint.save_checkpoint``: safetensors, manifest with sha256), from the
+  unwrapped module; the other ranks wait at a barrier.
+
+Usage::
+
+    torchrun --nproc-per-node 2 -m mgrpo.training.distributed --model DIR --samples S.json \\
+        --out ROOT --name planner --version 1 [--micro-batch-size 4] [--mini-batches 1]
+
+``S.json``: ``[{"trajectory": {...Trajectory...}, "advantage": a, "reward": r}, ...]``.
+Prints one JSON line (rank 0): ranks, update seconds (slowest rank), checkpoint URI, metrics.
+
+What this module does NOT do (yet): run inside the trainer service (ingestion, rounds,
+leases), save optimizer state sharded (``torch.distributed.checkpoint``), or shard
+parameters (FSDP2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def init(device: str = "cpu") -> tuple[int, int]:
+    """Join the ``torchrun`` group (one process without torchrun: a group of one)."""
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29511")
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def broadcast_samples(samples: list | None) -> list:
+    """Rank 0's ``samples`` on every rank, same order (the others pass None)."""
+    box = [samples if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def read_samples(path: str) -> list:
+    from mgrpo.training.scoring import Sample
+    from mgrpo.types import Trajectory
+
+    rows = json.loads(Path(path).read_text())
+    return [Sample(Trajectory.model_validate(r["trajectory"]), float(r["advantage"]),
+                   float(r["reward"])) for r in rows]
+
+
+def update_and_save(args) -> dict:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mgrpo.models import load_model
+    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.training.config import LossConfig, ModelConfig
+    from mgrpo.training.update import policy_update
+
+    rank, world = init(args.device)
+    samples = broadcast_samples(read_samples(args.samples) if rank == 0 else None)
+    torch.manual_seed(0)
+    model, tokenizer = load_model(args.model)[:2]
+    model.to(args.device)
+    ddp = DistributedDataParallel(model) if world > 1 else model
+    mcfg = ModelConfig(path=args.model, lr=args.lr, micro_batch_size=args.micro_batch_size,
+                       mini_batches=args.mini_batches)
+    optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr)
+    dist.barrier()
+    started = time.perf_counter()
+    metrics = policy_update(ddp, optimizer, samples, mcfg, LossConfig(),
+                            pad_id=tokenizer.pad_token_id,
+                            generator=torch.Generator().manual_seed(args.seed),
+                            shard=(rank, world))
+    took = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX)
+    uri = None
+    if rank == 0:
+        uri = save_checkpoint(model, args.out, args.name, args.version, tokenizer=tokenizer,
+                              extra={"ranks": world})
+    dist.barrier()
+    return {"ranks": world, "update_s": float(took), "uri": uri, "metrics": metrics}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="Hugging Face model folder")
+    parser.add_argument("--samples", required=True, help="JSON file of samples (rank 0 reads)")
+    parser.add_argument("--out", required=True, help="checkpoint root")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument("--mini-batches", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        result = update_and_save(args)
+        if dist.get_rank() == 0:
+            print(json.dumps(result, sort_keys=True), flush=True)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
