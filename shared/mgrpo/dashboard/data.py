@@ -18,6 +18,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mgrpo.store.records import TERMINAL_ROUND_STATUSES
+
 # (chart title, metric-key suffixes or exact keys): every key of a run whose name ends with
 # "/<suffix>" (or equals an exact key) becomes one line of the chart.
 CHARTS: list[tuple[str, list[str]]] = [
@@ -76,8 +78,22 @@ def run_rounds(store, run_id: str) -> list[dict]:
                     "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
                     "queued_s": waited, "duration_s": took,
                     "rollouts_completed": progress.completed, "rollouts_total": progress.total,
-                    "published_models": sorted(published.get(r.round_id, ()))})
+                    "published_models": sorted(published.get(r.round_id, ())),
+                    "live": None if r.status in TERMINAL_ROUND_STATUSES
+                    else live_outcomes(store, r.round_id)})
     return out
+
+
+def live_outcomes(store, round_id: str) -> dict | None:
+    """A round still running: mean R_M, accuracy and format rate of the rollouts completed
+    so far (the round's metrics are recorded only when it is trained)."""
+    outcomes = store.read_planner_outcomes(round_id)
+    if not outcomes:
+        return None
+    n = len(outcomes)
+    return {"n": n, "reward_mean": sum(o.reward for o in outcomes) / n,
+            "accuracy": sum(o.correct for o in outcomes) / n,
+            "format_valid": sum(1 for o in outcomes if o.format_ok) / n}
 
 
 def read_metrics_csv(path: Path) -> dict[int, dict[str, float]]:

@@ -29,3 +29,32 @@ def test_a_torn_last_csv_line_is_skipped(tmp_path):
     assert read_metrics_csv(path) == {0: {"planner/accuracy": 0.5},
                                       1: {"planner/accuracy": 0.75}}
     assert read_metrics_csv(tmp_path / "missing.csv") == {}
+
+
+def test_a_running_round_shows_its_outcomes_so_far(tmp_path):
+    """Round metrics are recorded only once a round is trained; while it runs the rounds
+    table shows R_M, accuracy and format rate of the rollouts completed so far."""
+    from mgrpo.dashboard.data import run_rounds
+    from mgrpo.store import Store
+    from mgrpo.store.records import PlannerOutcomeIn
+
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.upgrade()
+    store.create_run("live", "live", {})
+    store.create_round("live", "live-r0000", 0, ["q1", "q2"], 2)
+    store.set_round_status("live-r0000", "running")
+    assert run_rounds(store, "live")[0]["live"] is None  # nothing completed yet
+    store.write_planner_outcomes("live-r0000", [
+        PlannerOutcomeIn(query_id="q1", rollout=0, attempt=0, format_ok=True, correct=1.0,
+                         reward=1.1),
+        PlannerOutcomeIn(query_id="q1", rollout=1, attempt=0, format_ok=False, correct=0.0,
+                         reward=0.0)])
+    for rollout in (0, 1):
+        store.complete_rollout("live-r0000", "q1", rollout, store.begin_attempt(
+            "live-r0000", "q1", rollout))
+    (row,) = run_rounds(store, "live")
+    assert row["rollouts_completed"] == 2 and row["rollouts_total"] == 4
+    assert row["live"] == {"n": 2, "reward_mean": pytest.approx(0.55), "accuracy": 0.5,
+                           "format_valid": 0.5}
+    store.set_round_status("live-r0000", "done")
+    assert run_rounds(store, "live")[0]["live"] is None
