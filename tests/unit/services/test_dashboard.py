@@ -147,3 +147,35 @@ def test_browser_sees_a_new_point_and_opens_a_trace(embedded_run, ui_url, tmp_pa
     target = os.environ.get("MGRPO_SCREENSHOT_DIR")  # make screenshots: docs/img
     if target:
         (tmp_path / "dashboard.png").replace(os.path.join(target, "dashboard.png"))
+
+
+def test_mgrpo_ui_command_serves_the_run(embedded_run, tmp_path):
+    """``mgrpo ui RUN_DIR`` as a user runs it (a process); a folder that is not a run is one
+    line of error."""
+    import re
+    import subprocess
+    import sys
+    import time
+
+    from services_testkit import free_port
+
+    cli = [sys.executable, "-m", "mgrpo.cli.main", "ui"]
+    bad = subprocess.run([*cli, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    said = " ".join(re.sub("[│╭╮╰╯─]", " ", bad.stderr).split())  # unwrap the error box
+    assert bad.returncode == 2 and "has no store.db: pass the out_dir" in said, bad.stderr
+    port = free_port()
+    proc = subprocess.Popen([*cli, str(embedded_run[0]), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, runs = time.monotonic() + 120, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                runs = httpx.get(f"http://127.0.0.1:{port}/v1/runs", timeout=5).json()
+                break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        assert runs is not None and [r["run_id"] for r in runs] == ["dash"]
+        assert "dashboard" in httpx.get(f"http://127.0.0.1:{port}/ui", timeout=5).text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
