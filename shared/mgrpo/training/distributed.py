@@ -14,19 +14,23 @@ not fit one device; it is not wired here.
   splits each mini-batch's micro-batches over the ranks.
 - Checkpoint: rank 0 writes the same Hugging Face folder a single-process trainer writes
   (``mgrpo.models.checkpoint.save_checkpoint``: safetensors, manifest with sha256), from the
-  unwrapped module; the other ranks wait at a barrier.
+  unwrapped module; the other ranks wait at a barrier. Before it, every rank takes part in
+  saving the optimizer state with ``torch.distributed.checkpoint`` (DCP) into
+  ``v<version>.optim-dcp`` beside the version folder (each rank writes its share; with DDP
+  the state is replicated and DCP keeps one copy).
+- Resume (``--resume-version V``): every rank loads version V's weights (sha256 checked)
+  and its DCP optimizer state (Adam moments and step), then trains version V + 1 from there.
 
 Usage::
 
     torchrun --nproc-per-node 2 -m mgrpo.training.distributed --model DIR --samples S.json \\
-        --out ROOT --name planner --version 1 [--micro-batch-size 4] [--mini-batches 1]
+        --out ROOT --name planner --version 1 [--resume-version 0] [--micro-batch-size 4]
 
 ``S.json``: ``[{"trajectory": {...Trajectory...}, "advantage": a, "reward": r}, ...]``.
 Prints one JSON line (rank 0): ranks, update seconds (slowest rank), checkpoint URI, metrics.
 
 What this module does NOT do (yet): run inside the trainer service (ingestion, rounds,
-leases), save optimizer state sharded (``torch.distributed.checkpoint``), or shard
-parameters (FSDP2).
+leases) or shard parameters (FSDP2).
 """
 
 from __future__ import annotations
@@ -68,11 +72,40 @@ def read_samples(path: str) -> list:
                    float(r["reward"])) for r in rows]
 
 
+def optimizer_dcp_path(root: str, name: str, version: int) -> str:
+    """Where version ``version``'s DCP optimizer state lives (beside its folder)."""
+    return f"{root}/{name}/v{version:06d}.optim-dcp"
+
+
+def save_optimizer(model, optimizer, path: str) -> None:
+    """Collective: every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=path)
+
+
+def load_optimizer(model, optimizer, path: str) -> None:
+    """Collective: every rank calls it; fills ``optimizer`` (fresh) from ``path``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"no optimizer state at {path}: resume from a version this "
+                                "module wrote, or start fresh without --resume-version")
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
 def update_and_save(args) -> dict:
     from torch.nn.parallel import DistributedDataParallel
 
     from mgrpo.models import load_model
-    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.models.checkpoint import load_checkpoint, save_checkpoint
     from mgrpo.training.config import LossConfig, ModelConfig
     from mgrpo.training.update import policy_update
 
@@ -80,11 +113,16 @@ def update_and_save(args) -> dict:
     samples = broadcast_samples(read_samples(args.samples) if rank == 0 else None)
     torch.manual_seed(0)
     model, tokenizer = load_model(args.model)[:2]
+    if args.resume_version is not None:
+        load_checkpoint(args.out, args.name, args.resume_version, model=model)
     model.to(args.device)
     ddp = DistributedDataParallel(model) if world > 1 else model
     mcfg = ModelConfig(path=args.model, lr=args.lr, micro_batch_size=args.micro_batch_size,
                        mini_batches=args.mini_batches)
     optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr)
+    if args.resume_version is not None:
+        load_optimizer(ddp, optimizer,
+                       optimizer_dcp_path(args.out, args.name, args.resume_version))
     dist.barrier()
     started = time.perf_counter()
     metrics = policy_update(ddp, optimizer, samples, mcfg, LossConfig(),
@@ -93,6 +131,7 @@ def update_and_save(args) -> dict:
                             shard=(rank, world))
     took = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
     dist.all_reduce(took, op=dist.ReduceOp.MAX)
+    save_optimizer(ddp, optimizer, optimizer_dcp_path(args.out, args.name, args.version))
     uri = None
     if rank == 0:
         uri = save_checkpoint(model, args.out, args.name, args.version, tokenizer=tokenizer,
@@ -108,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="checkpoint root")
     parser.add_argument("--name", required=True)
     parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--resume-version", type=int, default=None,
+                        help="start from this version's weights and DCP optimizer state")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--mini-batches", type=int, default=1)
