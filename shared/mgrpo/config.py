@@ -53,7 +53,8 @@ class Settings(BaseSettings):
     trainer_lease_s: float = Field(
         30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
         "per model): renewed every third of it; a second trainer of the model waits, and "
-        "takes over this long after the first one died (at once if it stopped cleanly).")
+        "takes over at its next try (every third of it) once the first one released the lease "
+        "(a clean stop), or once the lease expired (the first one died).")
     tensorboard_dir: str | None = Field(
         None, description="Trainer services also write TensorBoard events of each trained "
         "round to <dir>/<run_id>/<model>/ (step = round index). Unset: store only.")
