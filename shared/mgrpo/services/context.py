@@ -203,7 +203,9 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
     key = (run_id, source)
     if getattr(engine, "weights_of", None) == key:
         return False
-    engine.load_weights(folder_weights(source) if version == 0 else source, version)
+    by_reference = getattr(engine, "loads_by_reference", False)  # a server reads the folder
+    engine.load_weights(folder_weights(source) if version == 0 and not by_reference
+                        else source, version)
     engine.weights_of = key
     log.info("%s: run %s samples from v%d (%s)", model_name, run_id, version, source)
     return True

@@ -95,3 +95,24 @@ def test_remote_load_weights_reaches_the_served_engine(served, tmp_path):
         remote.load_weights({}, version=3)
     with pytest.raises(RemoteEngineError, match="400|422"):
         RemoteEngine(url, model="tiny")._one(GenerationRequest([1], SamplingParams(top_p=5)))
+
+
+def test_refresh_weights_gives_a_remote_engine_the_plain_folder(served, tiny_dir, tmp_path):
+    """Before a run's first checkpoint the services load the model's own folder; a remote
+    server gets that folder's path (it reads it), not a state dict it could not receive."""
+    from mgrpo.models import load_model
+    from mgrpo.services.context import refresh_weights
+    from mgrpo.store import Store
+
+    local, url, _ = served
+    store = Store(f"sqlite:///{tmp_path}/stats.db")  # a run with no checkpoint yet
+    store.upgrade()
+    remote = RemoteEngine(url)
+    with torch.no_grad():
+        local.model.model.embed_tokens.weight.add_(1.0)  # the served weights drift
+    assert refresh_weights(store, remote, "planner", "run-b",
+                           {"models": {"planner": {"path": str(tiny_dir)}}})
+    fresh = load_model(tiny_dir)[0].model.embed_tokens.weight
+    assert torch.equal(local.model.model.embed_tokens.weight, fresh)  # the folder's, again
+    remote.close()
+    store.close()
