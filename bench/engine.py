@@ -34,6 +34,7 @@ import torch
 from transformers import GenerationConfig
 
 from mgrpo.engines.base import GenerationRequest, SamplingParams
+from mgrpo.engines.sampling import make_generator, sample_next
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.models import TinyModelConfig, init_tiny, load_model
 
@@ -96,6 +97,25 @@ def _vllm_rows(folder: Path, rows: list[dict], new_tokens: int) -> dict:
     return info
 
 
+def _sampler_rows(vocabs: list[int], batch: int = 32, repeats: int = 200) -> list[dict]:
+    """One ``sample_next`` call at (batch, V), sort-free against sorted, alternated; best of
+    ``repeats`` (10 at a real vocabulary size): the sampling step alone, no forward pass."""
+    rows = []
+    for vocab in vocabs:
+        logits = torch.randn(batch, vocab, generator=torch.Generator().manual_seed(vocab))
+        params = [SamplingParams(temperature=1.0)] * batch
+        gens = [make_generator(i) for i in range(batch)]
+        best = _best_interleaved({
+            "sort_free": lambda x=logits, p=params, g=gens: sample_next(x, p, g, sort_free=True),
+            "sorted": lambda x=logits, p=params, g=gens: sample_next(x, p, g, sort_free=False)},
+            repeats if vocab < 10_000 else 10)
+        rows.append({"batch": batch, "vocab": vocab,
+                     "sort_free_ms": round(best["sort_free"] * 1e3, 3),
+                     "sorted_ms": round(best["sorted"] * 1e3, 3),
+                     "sorted_over_sort_free": round(best["sorted"] / best["sort_free"], 2)})
+    return rows
+
+
 def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool = False) -> dict:
     tmp = tempfile.TemporaryDirectory()
     folder = init_tiny(Path(tmp.name) / "tiny", TinyModelConfig())
@@ -136,7 +156,7 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool =
             "machine": platform.processor() or platform.machine(), "repeats": repeats,
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "results": rows}
+            "results": rows, "sampler": _sampler_rows([len(tok), 151_936])}
 
 
 def main() -> None:
