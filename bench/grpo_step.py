@@ -23,10 +23,7 @@ back to back; the order within a step alternates); the load average before and a
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/grpo_step.py [--steps 8] [-G 8] [-P 8] [-L 64]
-    # TRL in its own venv, reusing the main venv's torch/transformers through a .pth file:
-    python3.11 -m venv .venv-trl
-    echo $PWD/.venv/lib/python3.11/site-packages > .venv-trl/lib/python3.11/site-packages/main.pth
-    .venv-trl/bin/pip install --no-deps trl==1.16.0 && .venv-trl/bin/pip install datasets
+    make trl-venv   # TRL 1.16 in .venv-trl, on the main venv's torch/transformers (.pth)
 """
 
 from __future__ import annotations
