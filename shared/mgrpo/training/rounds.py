@@ -122,13 +122,22 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
             metrics[f"{role}/reward_std"] = float(rewards_t.std(unbiased=False))
             metrics[f"{role}/adv_abs_mean"] = float(adv_t.abs().mean())
             metrics[f"{role}/samples"] = float(len(role_samples))
-    if lm.optimizer is not None and samples:
-        mcfg = cfg.models[lm.name]
-        generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-        update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
-                               pad_id=lm.tokenizer.pad_token_id, generator=generator,
-                               norm_length=cfg.loss_norm_length(),
-                               ref_model=reference_for(lm, mcfg, cfg.loss),
-                               temperature=cfg.sampling.temperature)
-        metrics.update(qualify(update, lm.name))
+    metrics.update(update_model(lm, samples, cfg, round_index))
     return metrics, stats
+
+
+def update_model(lm, samples: list[Sample], cfg: RunConfig, round_index: int
+                 ) -> dict[str, float]:
+    """One round's policy update of ``lm`` on ``samples`` (seeded by model and round), its
+    metrics qualified by the model's name; nothing when ``lm`` is frozen or has no samples.
+    Shared by :func:`train_model` and the tree round (``mgrpo.training.tree``)."""
+    if lm.optimizer is None or not samples:
+        return {}
+    mcfg = cfg.models[lm.name]
+    generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
+    update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
+                           pad_id=lm.tokenizer.pad_token_id, generator=generator,
+                           norm_length=cfg.loss_norm_length(),
+                           ref_model=reference_for(lm, mcfg, cfg.loss),
+                           temperature=cfg.sampling.temperature)
+    return qualify(update, lm.name)

@@ -308,9 +308,7 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     import time
 
     from mgrpo.training.loop import _save_state, publish_stats
-    from mgrpo.training.reference import reference_for
-    from mgrpo.training.rounds import sample_questions
-    from mgrpo.training.update import policy_update, qualify
+    from mgrpo.training.rounds import sample_questions, update_model
 
     cfg = system.cfg
     round_id = f"{run_id}-r{round_index:04d}"
@@ -334,15 +332,7 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
             if rewards:
                 metrics[f"{role}/turn_reward_mean"] = sum(rewards) / len(rewards)
                 metrics[f"{role}/samples"] = float(len(rewards))
-        if lm.optimizer is not None and samples:
-            generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-            mcfg = cfg.models[lm.name]
-            update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
-                                   pad_id=lm.tokenizer.pad_token_id, generator=generator,
-                                   norm_length=cfg.loss_norm_length(),
-                                   ref_model=reference_for(lm, mcfg, cfg.loss),
-                                   temperature=cfg.sampling.temperature)
-            metrics.update(qualify(update, lm.name))
+        metrics.update(update_model(lm, samples, cfg, round_index))
     t3 = time.perf_counter()
     _save_state(system, round_index)
     n = max(len(trees), 1)
