@@ -28,12 +28,10 @@ def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[A
                   device: str) -> tuple[Any, Any]:
     path = cfg.models[judge.model].path
     if judge.url:
-        from transformers import AutoTokenizer
-
         from mgrpo.engines.remote import RemoteEngine
+        from mgrpo.models import load_tokenizer
 
-        return (RemoteEngine(judge.url, model=judge.model),
-                AutoTokenizer.from_pretrained(path, local_files_only=True))
+        return RemoteEngine(judge.url, model=judge.model), load_tokenizer(path)
     if judge.model in engines:
         return engines[judge.model]
     from mgrpo.engines.torch_engine import TorchEngine
