@@ -65,9 +65,11 @@ class Settings(BaseSettings):
         "share: agents -> models, k, rewards, sampling, bench_dir. Unset: the defaults, with "
         "each model at <models_dir>/<model>.")
     engine: str = Field(
-        "torch", description="Inference engine of the agent workers: torch (TorchEngine), or "
-        "'package.module:factory' with factory(model_path, device) -> (model, tokenizer, "
-        "engine) for a custom engine (a remote server, a scripted test policy).")
+        "torch", description="Inference engine of the agent workers (the run config's "
+        "engines.<role> overrides it per role): torch (TorchEngine), vllm (VLLMEngine, needs "
+        "vLLM in the worker's Python), an http(s):// URL of an OpenAI-compatible server "
+        "(RemoteEngine), or 'package.module:factory' with factory(model_path, device) -> "
+        "(model, tokenizer, engine) for a custom engine (a scripted test policy).")
     max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body the REST API accepts; a larger "
         "one gets 413 before it is read and before the token is checked.")
