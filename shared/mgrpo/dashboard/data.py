@@ -167,15 +167,19 @@ def checkpoints(store, run_id: str, run_dir: Path | None = None) -> list[dict]:
     seen = {(c["model"], c["version"]) for c in out}
     root = run_dir / "checkpoints" / run_id if run_dir is not None else None
     if root is not None and root.is_dir():
-        for manifest in sorted(root.glob("*/v*/manifest.json")):
-            model, version = manifest.parent.parent.name, manifest.parent.name
-            if not version[1:].isdigit() or (model, int(version[1:])) in seen:
-                continue
-            created = datetime.fromtimestamp(manifest.stat().st_mtime, tz=UTC)
-            out.append({"model": model, "version": int(version[1:]),
-                        "round_id": None, "uri": str(manifest.parent),
-                        "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()[:12],
-                        "created_at": created.isoformat()})
+        from mgrpo.models.checkpoint import MANIFEST, list_versions, version_uri
+
+        for model in sorted(p.name for p in root.iterdir() if p.is_dir()):
+            for version in list_versions(str(root), model):
+                if (model, version) in seen:
+                    continue
+                folder = Path(version_uri(str(root), model, version))
+                manifest = folder / MANIFEST
+                created = datetime.fromtimestamp(manifest.stat().st_mtime, tz=UTC)
+                out.append({"model": model, "version": version, "round_id": None,
+                            "uri": str(folder),
+                            "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()[:12],
+                            "created_at": created.isoformat()})
     return sorted(out, key=lambda c: (c["model"], c["version"]))
 
 
