@@ -48,6 +48,7 @@ from pathlib import Path
 import yaml
 
 from mgrpo.services.launcher import ServiceProcesses
+from mgrpo.tools import ROLE_TOOLS
 
 SMALL = {"train": {"city": 12, "person": 16, "company": 8},
          "dev": {"city": 6, "person": 8, "company": 4},
@@ -265,8 +266,8 @@ def _one_each(cfg) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if cfg.algorithm != "grpo":
         for role in (r for r in cfg.agents if r != "planner"):
-            out[f"subagent-{role}"] = ["serve", "subagent", "--name", role, "--tool",
-                                       {"searcher": "search", "coder": "python"}[role]]
+            tool = cfg.role_tools.get(role) or ROLE_TOOLS[role]
+            out[f"subagent-{role}"] = ["serve", "subagent", "--name", role, "--tool", tool]
     out["planner-worker"] = ["serve", "planner-worker"]
     for model in dict.fromkeys(cfg.agents.values()):
         out[f"trainer-{model}"] = ["serve", "trainer", "--model", model]
