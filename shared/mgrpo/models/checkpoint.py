@@ -189,9 +189,6 @@ def discard_version(root_uri: str, name: str, version: int) -> bool:
     return True
 
 
-LEFTOVER_MARKERS = (".tmp-", ".trash-")
-
-
 def clean_leftovers(root_uri: str, name: str) -> list[str]:
     """Delete what killed writers left under ``{root}/{name}``: partial ``.tmp-*`` version
     folders, half-deleted ``.trash-*`` ones and temp optimizer files (``*.tmp-*``). Returns
@@ -203,7 +200,7 @@ def clean_leftovers(root_uri: str, name: str) -> list[str]:
     removed = []
     for entry in fs.ls(base, detail=False):
         leaf = entry.rstrip("/").rsplit("/", 1)[-1]
-        if leaf.startswith(LEFTOVER_MARKERS) or ".tmp-" in leaf:
+        if leaf.startswith(".trash-") or ".tmp-" in leaf:  # .tmp-* folders, *.tmp-* files
             fs.rm(entry.rstrip("/"), recursive=True)
             removed.append(leaf)
     return sorted(removed)
