@@ -94,7 +94,7 @@ def create_app(engine: Engine, tokenizer, model_name: str = "mgrpo") -> FastAPI:
 
     @app.post("/mgrpo/load_weights")
     def load_weights(body: LoadWeightsBody) -> dict:
-        from mgrpo.services.context import folder_weights  # a plain HF folder: its weights
+        from mgrpo.models.loading import folder_weights  # a plain HF folder: its weights
 
         with lock:
             engine.load_weights(folder_weights(body.source), body.version)

@@ -11,6 +11,7 @@ import importlib
 _EXPORTS = {
     "load_model": "mgrpo.models.loading",
     "load_tokenizer": "mgrpo.models.loading",
+    "folder_weights": "mgrpo.models.loading",
     "ModelLoadError": "mgrpo.models.loading",
     "init_tiny": "mgrpo.models.tiny",
     "TinyModelConfig": "mgrpo.models.tiny",

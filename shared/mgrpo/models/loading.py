@@ -1,4 +1,5 @@
-"""Load a Hugging Face causal LM and its tokenizer from a local folder.
+"""Load a Hugging Face causal LM and its tokenizer from a local folder; :func:`folder_weights`
+gives what an engine's ``load_weights`` takes for a folder (a checkpoint or its state dict).
 
 What it does NOT do: download. ``local_files_only=True`` is always passed, so a hub id or a
 missing folder fails at once with :class:`ModelLoadError` instead of trying the network.
@@ -72,3 +73,29 @@ def load_tokenizer(path: str | Path):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def folder_weights(source: str):
+    """What ``engine.load_weights`` takes for ``source``: a checkpoint version directory as
+    is (verified on load), a plain Hugging Face folder as its state dict."""
+    import json
+
+    import fsspec
+
+    from mgrpo.models.checkpoint import MANIFEST
+
+    fs, path = fsspec.core.url_to_fs(source)
+    path = path.rstrip("/")
+    if fs.exists(f"{path}/{MANIFEST}"):
+        return source
+    # The safetensors files themselves: building a model here (from_pretrained) is not
+    # thread-safe, and several services may share a process (embedded mode, tests).
+    from safetensors.torch import load as st_load
+
+    index = f"{path}/model.safetensors.index.json"
+    shards = (sorted(set(json.loads(fs.cat_file(index))["weight_map"].values()))
+              if fs.exists(index) else ["model.safetensors"])
+    state: dict = {}
+    for shard in shards:
+        state.update(st_load(fs.cat_file(f"{path}/{shard}")))
+    return state

@@ -14,7 +14,6 @@ What this module does NOT do: handle messages (``planner_worker``, ``subagent_wo
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from mgrpo.bus.names import PLANNER_QUEUE, PLANNER_REPLY_QUEUE, subagent_queue, trainer_queue
 from mgrpo.config import Settings
+from mgrpo.models.loading import folder_weights
 from mgrpo.training.config import ModelConfig, RunConfig, load_run_config
 
 log = logging.getLogger(__name__)
@@ -160,30 +160,6 @@ def initial_weights(store, model_name: str, round_config: dict) -> str:
         raise ValueError(f"the config of this run has no models.{model_name}.path to start "
                          "from")
     return path
-
-
-def folder_weights(source: str):
-    """What ``engine.load_weights`` takes for ``source``: a checkpoint version directory as
-    is (verified on load), a plain Hugging Face folder as its state dict."""
-    import fsspec
-
-    from mgrpo.models.checkpoint import MANIFEST
-
-    fs, path = fsspec.core.url_to_fs(source)
-    path = path.rstrip("/")
-    if fs.exists(f"{path}/{MANIFEST}"):
-        return source
-    # The safetensors files themselves: building a model here (from_pretrained) is not
-    # thread-safe, and several services may share a process (embedded mode, tests).
-    from safetensors.torch import load as st_load
-
-    index = f"{path}/model.safetensors.index.json"
-    shards = (sorted(set(json.loads(fs.cat_file(index))["weight_map"].values()))
-              if fs.exists(index) else ["model.safetensors"])
-    state: dict = {}
-    for shard in shards:
-        state.update(st_load(fs.cat_file(f"{path}/{shard}")))
-    return state
 
 
 def refresh_weights(store, engine, model_name: str, run_id: str,
