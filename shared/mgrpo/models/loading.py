@@ -35,7 +35,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=None):
     The tokenizer always has a pad token (the eos token when the folder defines none), since
     batched generation and training pad.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder = Path(path)
     if not folder.is_dir():
@@ -50,11 +50,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype=None):
     try:
         model = AutoModelForCausalLM.from_pretrained(
             folder, local_files_only=True, dtype=resolve_dtype(dtype))
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"could not load the model in {str(folder)!r}: {exc}") from exc
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(folder)
     model.to(device).eval()
     return model, tokenizer
 
