@@ -72,16 +72,22 @@ def observed_d(store, run_id: str, roles: list[str]) -> dict[str, list[int]]:
     return {r: store.d_counts(r, run_id=run_id) for r in roles if r != "planner"}
 
 
+_warned_no_truth: set[str] = set()
+
+
 def judge_metrics(role: str, counts: dict[str, int]) -> dict[str, float]:
     """r_expert verdicts that were not real judgements, as metrics, with a warning: a task
     without ground truth under the rule judge, an LLM judge reply that was neither yes nor
-    no. Both score 0; neither may pass unnoticed."""
+    no. Both score 0; neither may pass unnoticed. The no-ground-truth warning is logged once
+    per role and process (it repeats every round otherwise); the metric counts every round."""
     judged = sum(counts.values())
     no_truth, failed = counts.get("no_truth", 0), counts.get("parse_failure", 0)
-    if no_truth:
+    if no_truth and role not in _warned_no_truth:
+        _warned_no_truth.add(role)
         log.warning("r_expert: %d of %d %s results have no ground truth for the rule judge "
                     "and scored 0; judge them with `judges: {%s: {kind: llm, model: ...}}` "
-                    "or set rewards.subagent b3=0", no_truth, judged, role, role)
+                    "or set rewards.subagent b3=0 (logged once; see the metric %s/expert_no_truth)",
+                    no_truth, judged, role, role, role)
     if failed:
         log.warning("r_expert: the LLM judge of %s answered neither yes nor no for %d of %d "
                     "results (scored 0)", role, failed, judged)

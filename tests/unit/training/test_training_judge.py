@@ -15,6 +15,7 @@ from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.judges import ExpertJudges, LLMExpertJudge, RuleVerdicts, Verdict
 from mgrpo.envs.rewards import RuleExpertJudge
 from mgrpo.store.records import PlannerOutcomeIn
+from mgrpo.training import rounds
 from mgrpo.training.config import RunConfig
 from mgrpo.training.judging import build_expert_judges
 from mgrpo.training.rounds import train_model
@@ -101,12 +102,21 @@ def test_rule_judge_without_ground_truth_is_counted_not_silent(bench, tmp_path, 
     class _Frozen:
         name, optimizer = "searcher", None
 
+    rounds._warned_no_truth.discard("searcher")
     with caplog.at_level(logging.WARNING, logger="mgrpo.training.rounds"):
         metrics, _ = train_model(_Frozen(), ["searcher"], trajs, _outcomes(2),
                                  _cfg(tmp_path), judges, {"searcher": [1, 1]}, 0)
     assert metrics["searcher/expert_no_truth"] == 1.0
     assert metrics["searcher/expert_judged"] == 2.0
     assert "1 of 2 searcher results have no ground truth" in caplog.text
+
+    # The next round counts again but does not repeat the warning (the demo logged it 40x).
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mgrpo.training.rounds"):
+        metrics, _ = train_model(_Frozen(), ["searcher"], trajs, _outcomes(2),
+                                 _cfg(tmp_path), judges, {"searcher": [1, 1]}, 1)
+    assert metrics["searcher/expert_no_truth"] == 1.0
+    assert "no ground truth" not in caplog.text
 
 
 def test_judges_config_is_checked(tmp_path):
