@@ -15,8 +15,8 @@ its part of each round, train with the library, checkpoint, publish, announce.
   (``{checkpoint_uri}/{run_id}/{model}/v{version:06d}``) and the store keys them by run.
 - Training: :func:`mgrpo.training.rounds.train_model` (rewards; the sub-agent side reads
   r_correct_main from the store's planner outcomes), then an atomic, write-once checkpoint
-  ``v = round index + 1``, ``store.record_checkpoint``, THEN the group statistics (the
-  "published" marker the round waits for), then the weights announcement.
+  ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
+  statistics (the "published" marker the round waits for), then the weights announcement.
 - Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
   config, a missing reference model, a bug) is marked ``failed`` with the reason (type and
   message, shown by ``GET /v1/rounds/{id}``) and logged; the trainer moves on instead of
@@ -323,15 +323,18 @@ class TrainerService:
         if not applied:
             self.save_checkpoint(version, round_id, record.run_id)
         record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)
+        # Metrics before the group stats: "published" is what marks the round done (here or
+        # in another model's trainer), so a reader of a done round finds every model's
+        # metrics. The metric upsert is idempotent, so a retry after a crash here is safe.
+        recorded = {**metrics, f"{lm.name}/trajectories": float(len(trajs))}
+        store.record_metrics(record.run_id, round_id, recorded)
+        if self.tensorboard is not None:
+            self.tensorboard.log(record.run_id, record.index, recorded)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
             store.publish_group_stats(round_id, lm.name, self.roles[0],
                                       [GroupStatIn(group_key="(none)", n=0, mean=0.0, std=0.0)],
                                       published_by=f"trainer-{lm.name}")
-        recorded = {**metrics, f"{lm.name}/trajectories": float(len(trajs))}
-        store.record_metrics(record.run_id, round_id, recorded)
-        if self.tensorboard is not None:
-            self.tensorboard.log(record.run_id, record.index, recorded)
         self.bus.announce_weights(WeightsAnnouncement(
             model=lm.name, version=record_ck.version, uri=record_ck.uri,
             sha256=record_ck.sha256, round_id=round_id))
