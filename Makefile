@@ -25,13 +25,18 @@ TRL_VENV    ?= .venv-trl
 TRL_STAMP   := $(TRL_VENV)/.installed
 TRL         := trl==1.16.0
 DATASETS    := datasets==5.2.0
+# Weights & Biases (the optional `report_to: [wandb]` sink, tests/unit/training/test_wandb_sink.py)
+# in its own venv on the main venv's packages (.pth), as TRL: only wandb and what it adds.
+WANDB_VENV  ?= .venv-wandb
+WANDB_STAMP := $(WANDB_VENV)/.installed
+WANDB       := wandb==0.31.0
 PURELIB     := import sysconfig; print(sysconfig.get_paths()['purelib'])
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools browser-deps screenshots vllm-venv trl-venv sandbox-deps test test-fast test-unit test-integration lint demo bench clean
+.PHONY: venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
 
 venv: $(STAMP)
 
@@ -88,18 +93,29 @@ $(TRL_STAMP): Makefile | venv
 	$(TRL_VENV)/bin/pip install --quiet $(DATASETS)
 	touch $(TRL_STAMP)
 
+wandb-venv: $(WANDB_STAMP)
+
+$(WANDB_STAMP): Makefile | venv
+	test -x $(WANDB_VENV)/bin/python || $(PY) -m venv $(WANDB_VENV)
+	$(BIN)/python -c "$(PURELIB)" > "$$($(WANDB_VENV)/bin/python -c "$(PURELIB)")/main_venv.pth"
+	$(WANDB_VENV)/bin/pip install --quiet $(WANDB)
+	touch $(WANDB_STAMP)
+
 # bubblewrap for the sandbox's "bwrap" isolation mode (Debian/Ubuntu, as root; .ci/run runs
 # it). Without it the sandbox and its tests use the unshare-based "root" mode only.
 sandbox-deps:
 	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
 
-# The dashboard screenshots in docs/img, taken by its browser tests (docs/dashboard.md).
+# The dashboard screenshots in docs/img (docs/dashboard.md): those of its browser tests, then
+# those of a shortened `mgrpo demo` while it runs (scripts/demo_screenshots.py: 26 min here at
+# load 12-29, most of it the warm start, which a second run reuses: 3 min).
 screenshots: venv browser-deps
 	MGRPO_SCREENSHOT_DIR=$(CURDIR)/docs/img $(BIN)/pytest -q -k browser \
 	  tests/unit/services/test_dashboard.py tests/unit/services/test_dashboard_services.py
+	$(BIN)/python scripts/demo_screenshots.py --out runs/screenshots --out-img docs/img
 
-test: venv tools vllm-venv
-	$(BIN)/pytest tests
+test: venv tools vllm-venv wandb-venv
+	$(BIN)/pytest tests --durations=20
 
 test-fast: venv tools
 	$(BIN)/pytest tests -m "not heavy and not e2e"
@@ -115,6 +131,10 @@ lint: venv
 
 demo: venv
 	$(BIN)/mgrpo demo
+
+# Stage 2 (coder, multi-hop) after stage 1: longer than `make demo` (docs/results.md).
+demo-full: venv
+	$(BIN)/mgrpo demo --config examples/demo_full.yaml --out runs/demo-full
 
 bench: venv
 	$(BIN)/python bench/engine.py

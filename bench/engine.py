@@ -4,8 +4,9 @@ Same model, same prompts (unequal lengths, left-padded), same number of new toke
 ignored by both so every row generates exactly ``new_tokens``), sampling at temperature 1.
 Two HF rows: plain ``generate`` and ``generate`` with ``output_logits`` (what a trainer would
 need to get per-token logprobs), and the engine with the sorted sampling path of earlier
-versions (``sort_free=False``) beside the default sort-free one. Best of ``--repeats`` wall
-times; the four run in turn each repeat. The load average is recorded before and after: on
+versions (``sort_free=False``) and the engine without its static KV cache
+(``static_cache=False``) beside the default. Best of ``--repeats`` wall times; the five run
+in turn each repeat. The load average is recorded before and after: on
 a shared machine compare the ratios of one run, not absolute figures across runs.
 
 With ``--vllm`` (needs ``.venv-vllm``: ``make vllm-venv``) a vLLM row: ``VLLMEngine``
@@ -14,9 +15,15 @@ same weights, prompts and lengths, after the torch rows (vLLM's engine process i
 before the next torch work). Its time is measured inside that process (no pipe overhead);
 one run per batch size, after one warm-up call; start-up and first-call times are reported.
 
+Each row also carries the best process CPU time of each contender (``cpu_s``) and the
+ratios by CPU time: one thread, so CPU time is the work done, which a loaded machine
+inflates less than wall time (it still pays for cache misses when others run).
+``static_vs_dynamic``: the engine with its static KV cache (the default) against
+``static_cache=False`` (transformers' forward and ``DynamicCache``, the path before).
+
 Prints JSON and writes ``bench/results/engine.json``. Usage::
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--batch-sizes 1 8 32] [--new-tokens 32]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py [--batch-sizes 1 8 32] [--new-tokens 32]
         [--vllm]
 """
 
@@ -45,15 +52,21 @@ def _prompts(batch: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(30, vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
-def _best_interleaved(fns: dict, repeats: int) -> dict[str, float]:
+def _best_interleaved(fns: dict, repeats: int, cpu: dict | None = None) -> dict[str, float]:
     """Best wall time of each function, running them in turn each repeat: on a shared,
-    noisy machine load drifts, and interleaving spreads that drift evenly over the rows."""
+    noisy machine load drifts, and interleaving spreads that drift evenly over the rows.
+    With ``cpu`` (a dict), also the best process CPU time of each (one thread: the work
+    done, less the time other processes held the core) into it."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu_times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
+            cpu_times[name].append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.update({name: min(values) for name, values in cpu_times.items()})
     return {name: min(values) for name, values in times.items()}
 
 
@@ -122,6 +135,7 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool =
     model, tok = load_model(folder)
     engine = TorchEngine(model, tok, stop_at_eos=False)
     sorted_engine = TorchEngine(model, tok, stop_at_eos=False, sort_free=False)
+    dynamic_engine = TorchEngine(model, tok, stop_at_eos=False, static_cache=False)
     load_before = os.getloadavg()
     rows = []
     for batch in batch_sizes:
@@ -131,21 +145,29 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool =
                     for i, p in enumerate(prompts)]
         tokens = batch * new_tokens
         engine.generate(requests[:1])  # warm-up
+        cpu: dict[str, float] = {}
         best = _best_interleaved({
             "engine": lambda r=requests: engine.generate(r),
             "engine_sorted": lambda r=requests: sorted_engine.generate(r),
+            "engine_dynamic": lambda r=requests: dynamic_engine.generate(r),
             "hf": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, False),
             "hf_logits": lambda p=prompts: _hf_generate(model, tok, p, new_tokens, True)},
-            repeats)
+            repeats, cpu)
         t_engine, t_hf, t_hf_lp = best["engine"], best["hf"], best["hf_logits"]
         rows.append({"batch": batch, "new_tokens": new_tokens, "tokens": tokens,
                      "torch_engine_tok_s": round(tokens / t_engine, 1),
                      "hf_generate_tok_s": round(tokens / t_hf, 1),
                      "hf_generate_logits_tok_s": round(tokens / t_hf_lp, 1),
                      "torch_engine_sorted_tok_s": round(tokens / best["engine_sorted"], 1),
+                     "torch_engine_dynamic_tok_s": round(tokens / best["engine_dynamic"], 1),
+                     "static_vs_dynamic": round(best["engine_dynamic"] / t_engine, 2),
+                     "dynamic_speedup_vs_hf": round(t_hf / best["engine_dynamic"], 2),
                      "speedup_vs_hf": round(t_hf / t_engine, 2),
                      "sorted_speedup_vs_hf": round(t_hf / best["engine_sorted"], 2),
                      "sort_free_vs_sorted": round(best["engine_sorted"] / t_engine, 2),
+                     "cpu_s": {name: round(value, 4) for name, value in cpu.items()},
+                     "cpu_speedup_vs_hf": round(cpu["hf"] / cpu["engine"], 2),
+                     "cpu_dynamic_speedup_vs_hf": round(cpu["hf"] / cpu["engine_dynamic"], 2),
                      "vocab": len(tok)})
     extra = _vllm_rows(Path(folder), rows, new_tokens) if with_vllm else {}
     tmp.cleanup()

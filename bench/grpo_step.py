@@ -5,10 +5,11 @@ exactly L new tokens (EOS ignored), temperature 1, one optimizer step (one mini-
 micro-batch 16), reward = share of even token ids. Two variants, alternated step by step
 in one process so the machine's load drifts over both alike:
 
-- ``ours``: the defaults (sort-free sampling, pi_old from the first mini-batch's forward);
-- ``before``: the code before issue 15 item 3 (``TorchEngine(sort_free=False)`` and
-  ``policy_update(reuse_first_pass=False)``: a vocabulary sort per token and a separate
-  no-grad pi_old pass).
+- ``ours``: the defaults (sort-free sampling, the static KV cache, pi_old from the first
+  mini-batch's forward);
+- ``before``: the code before issue 15 item 3 (``TorchEngine(sort_free=False,
+  static_cache=False)`` and ``policy_update(reuse_first_pass=False)``: a vocabulary sort per
+  token, transformers' forward on a ``DynamicCache``, and a separate no-grad pi_old pass).
 
 - ``trl``: TRL's ``GRPOTrainer`` (``bench/trl_step.py``, run by ``--trl-python``, a venv
   of its own with TRL 1.16; same weights, prompts decoded to text, ``min_new_tokens = L``,
@@ -88,7 +89,8 @@ def run(steps: int, group: int, prompts_n: int, length: int, trl_python: str) ->
         variants[name] = {
             "model": model, "tok": tok, "fast": fast,
             "opt": torch.optim.Adam(model.parameters(), lr=1e-5),
-            "engine": TorchEngine(model, tok, stop_at_eos=False, sort_free=fast),
+            "engine": TorchEngine(model, tok, stop_at_eos=False, sort_free=fast,
+                                  static_cache=fast),
             "times": {"step_s": [], "gen_s": [], "update_s": []}}
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(30, 390, (int(n),), generator=gen).tolist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mgrpo.config import Settings
 
 
-def main(settings: Settings, batch_size: int = 16) -> None:
+def main(settings: Settings, batch_size: int = 64) -> None:
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
     from mgrpo.services.process import serve_until_signal, setup_logging

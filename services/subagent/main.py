@@ -7,7 +7,7 @@ from mgrpo.config import Settings
 
 
 def main(settings: Settings, name: str, tool: str, model: str | None = None,
-         description: str = "", batch_size: int = 16) -> None:
+         description: str = "", batch_size: int = 64) -> None:
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.process import serve_until_signal, setup_logging
     from mgrpo.services.subagent_worker import SubagentWorker

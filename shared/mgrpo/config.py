@@ -47,14 +47,22 @@ class Settings(BaseSettings):
         "mutating endpoints refuse every call (403) in distributed mode.")
     health_port: int = Field(9100, description="Health/metrics port of worker services.")
     consumer_grace_s: float = Field(
-        30.0, ge=0, description="How long a worker's bus consumer may be disconnected "
-        "(reconnecting after a broker restart) before its /healthz says 503; /readyz says 503 "
-        "at once.")
+        30.0, ge=0, description="How long a worker's (or the planner API's) bus consumer may "
+        "be disconnected (reconnecting after a broker restart) before its /healthz says 503; "
+        "/readyz says 503 at once.")
     trainer_lease_s: float = Field(
         30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
         "per model): renewed every third of it; a second trainer of the model waits, and "
         "takes over at its next try (every third of it) once the first one released the lease "
         "(a clean stop), or once the lease expired (the first one died).")
+    trainer_nproc: int = Field(
+        1, ge=1, description="Ranks of a trainer on this node: `mgrpo serve trainer` with N > "
+        "1 starts itself under `torchrun --standalone --nproc-per-node N` (data-parallel, "
+        "one rank per GPU: set it to the GPUs of the pod). Ignored inside a torchrun job.")
+    trainer_strategy: Literal["fsdp", "ddp"] | None = Field(
+        None, description="How a trainer of N > 1 ranks splits its model: fsdp (FSDP2 "
+        "fully_shard: parameters, gradients and Adam state sharded over the ranks) or ddp "
+        "(a whole replica per rank). Unset: fsdp, or ddp for a LoRA model.")
     tensorboard_dir: str | None = Field(
         None, description="Trainer services also write TensorBoard events of each trained "
         "round to <dir>/<run_id>/<model>/ (step = round index). Unset: store only.")

@@ -19,15 +19,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from benchmark_sizes import SMALL
 
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import run_training
 
 pytestmark = pytest.mark.heavy
 ROUNDS = 3
-SMALL = {"train": {"city": 12, "person": 16, "company": 8},
-         "dev": {"city": 6, "person": 8, "company": 4},
-         "test": {"city": 6, "person": 8, "company": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -147,20 +145,20 @@ class _Crash(RuntimeError):
 def test_crash_between_checkpoint_and_state_file(setup, uninterrupted, tmp_path, monkeypatch):
     """The narrowest window: round 2's weights and optimizer moments are written, the state
     file still says 1 round. Resume must restart round 2 from round 1's weights AND moments."""
-    from mgrpo.training import loop
+    from mgrpo.training import run_state
 
-    real = loop._write_json_atomic
+    real = run_state.write_json_atomic
 
     def crash_on_second_state(path, data):
-        if Path(path).name == loop.STATE_FILE and data.get("completed_rounds") == 2:
+        if Path(path).name == run_state.STATE_FILE and data.get("completed_rounds") == 2:
             raise _Crash("killed after the checkpoint, before the state file")
         real(path, data)
 
     out = tmp_path / "run"
-    monkeypatch.setattr(loop, "_write_json_atomic", crash_on_second_state)
+    monkeypatch.setattr(run_state, "write_json_atomic", crash_on_second_state)
     with pytest.raises(_Crash):
         run_training(_cfg(setup, out), progress=False)
-    monkeypatch.setattr(loop, "_write_json_atomic", real)
+    monkeypatch.setattr(run_state, "write_json_atomic", real)
     assert json.loads((out / "state.json").read_text())["completed_rounds"] == 1
     result = run_training(_cfg(setup, out), resume=True, progress=False)
     assert result.rounds == ROUNDS

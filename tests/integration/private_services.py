@@ -23,11 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mgrpo.services.launcher import free_port
 
 
 def _wait_port(port: int, timeout_s: float) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -16,25 +15,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from benchmark_sizes import SMALL
 
 from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs.experts import ExpertErrors, run_expert_episode
+from mgrpo.services.launcher import free_port
 from mgrpo.tools import build_tool
-
-SMALL = {"train": {"city": 12, "person": 16, "company": 8},
-         "dev": {"city": 6, "person": 8, "company": 4},
-         "test": {"city": 6, "person": 8, "company": 4}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def sandbox_url():
-    port = _free_port()
+    port = free_port()
     mgrpo = Path(sys.executable).with_name("mgrpo")
     proc = subprocess.Popen([str(mgrpo), "serve", "sandbox", "--host", "127.0.0.1",
                              "--port", str(port)], env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ import httpx
 
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.types import ExecRequest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mgrpo.services.launcher import free_port
 
 
 def test_mgrpo_serve_sandbox_serves_calls():
-    port = _free_port()
+    port = free_port()
     mgrpo = Path(sys.executable).with_name("mgrpo")
     proc = subprocess.Popen([str(mgrpo), "serve", "sandbox", "--host", "127.0.0.1",
                              "--port", str(port), "--max-concurrency", "2"],

@@ -14,41 +14,17 @@ from vllm_process import (
     NEW_TOKENS,
     TEXTS,
     TOLERANCE,
-    VLLMProcess,
     assert_special_tokens_in_text,
+    greedy_diff_from_torch_engine,
     max_abs_diff,
     print_figure,
     prompts,
     sft_step,
     teacher_forced,
+    vllm_sample,
 )
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1500)]
-
-
-@pytest.fixture(scope="module")
-def vllm(tiny_dir, tmp_path_factory):
-    proc = VLLMProcess(str(tiny_dir), tmp_path_factory.mktemp("vllm") / "vllm.log",
-                       max_model_len=512, seed=0)
-    print_figure("vllm start-up s", round(proc.ready["load_s"], 1))
-    yield proc
-    proc.close()
-
-
-@pytest.fixture(scope="module")
-def torch_side(tiny_dir):
-    from mgrpo.models import load_model
-
-    model, tok = load_model(tiny_dir)
-    model.eval()
-    return model, tok
-
-
-def vllm_sample(vllm, prompt_ids, temperature: float, seed: int = 0) -> list[dict]:
-    requests = [{"prompt_ids": p, "params": {"temperature": temperature, "seed": seed + i,
-                                             "max_new_tokens": NEW_TOKENS}}
-                for i, p in enumerate(prompt_ids)]
-    return vllm.call(op="generate", requests=requests)["completions"]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -67,19 +43,26 @@ def test_vllm_logprobs_match_the_torch_model_teacher_forced(vllm, torch_side, te
 
 def test_vllm_greedy_equals_torch_engine_greedy(vllm, torch_side):
     """Same weights, temperature 0: the same tokens as TorchEngine and its T=1 logprobs."""
-    from mgrpo.engines.base import GenerationRequest, SamplingParams
-    from mgrpo.engines.torch_engine import TorchEngine
-
     model, tok = torch_side
-    ours = TorchEngine(model, tok).generate([
-        GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
-        for p in prompts(tok)])
-    theirs = vllm_sample(vllm, prompts(tok), 0.0)
-    assert [o["completion_ids"] for o in theirs] == [o.completion_ids for o in ours]
-    diff = max(abs(a - b) for o, t in zip(ours, theirs, strict=True)
-               for a, b in zip(o.logprobs, t["logprobs"], strict=True))
+    diff = greedy_diff_from_torch_engine(model, tok, vllm_sample(vllm, prompts(tok), 0.0))
     print_figure("greedy: max |logp_vllm - logp_TorchEngine|", f"{diff:.2e}")
     assert diff < TOLERANCE
+
+
+def test_a_lora_checkpoint_without_enable_lora_is_refused(vllm, torch_side, tmp_path):
+    """This engine was built without ``enable_lora``: the adapter is refused, clearly (the
+    LoRA path itself: test_vllm_lora.py)."""
+    import copy
+
+    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.models.lora import LoraSpec, apply_lora
+
+    model, tok = torch_side
+    uri = save_checkpoint(apply_lora(copy.deepcopy(model), LoraSpec(r=4)), str(tmp_path),
+                          "tiny", 1)
+    with pytest.raises(RuntimeError, match="built without LoRA: build it with "
+                                           "enable_lora=True"):
+        vllm.call(op="load_weights", source=uri, version=1)
 
 
 def test_load_weights_after_a_training_step_follows_the_updated_model(vllm, torch_side,

@@ -15,6 +15,7 @@ from vllm_process import (
     TOLERANCE,
     VLLMServer,
     assert_special_tokens_in_text,
+    greedy_diff_from_torch_engine,
     max_abs_diff,
     print_figure,
     prompts,
@@ -46,15 +47,6 @@ def remote(server, tiny_dir):
     engine.close()
 
 
-@pytest.fixture(scope="module")
-def torch_side(tiny_dir):
-    from mgrpo.models import load_model
-
-    model, tok = load_model(tiny_dir)
-    model.eval()
-    return model, tok
-
-
 def remote_sample(remote, prompt_ids, temperature: float, seed: int = 0) -> list[dict]:
     from mgrpo.engines.base import GenerationRequest, SamplingParams
 
@@ -82,17 +74,8 @@ def test_vllm_serve_completions_match_the_torch_model(remote, torch_side, temper
 
 
 def test_vllm_serve_greedy_equals_torch_engine_greedy(remote, torch_side):
-    from mgrpo.engines.base import GenerationRequest, SamplingParams
-    from mgrpo.engines.torch_engine import TorchEngine
-
     model, tok = torch_side
-    ours = TorchEngine(model, tok).generate([
-        GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
-        for p in prompts(tok)])
-    theirs = remote_sample(remote, prompts(tok), 0.0)
-    assert [o["completion_ids"] for o in theirs] == [o.completion_ids for o in ours]
-    diff = max(abs(a - b) for o, t in zip(ours, theirs, strict=True)
-               for a, b in zip(o.logprobs, t["logprobs"], strict=True))
+    diff = greedy_diff_from_torch_engine(model, tok, remote_sample(remote, prompts(tok), 0.0))
     assert diff < TOLERANCE
 
 

@@ -163,6 +163,15 @@ def prompts(tok) -> list[list[int]]:
     return [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
 
 
+def vllm_sample(vllm, prompt_ids, temperature: float, seed: int = 0) -> list[dict]:
+    """Sample ``NEW_TOKENS`` after each prompt from a :class:`VLLMProcess` (seed + i for the
+    i-th prompt)."""
+    requests = [{"prompt_ids": p, "params": {"temperature": temperature, "seed": seed + i,
+                                             "max_new_tokens": NEW_TOKENS}}
+                for i, p in enumerate(prompt_ids)]
+    return vllm.call(op="generate", requests=requests)["completions"]
+
+
 def teacher_forced(model, pad_id: int, completions: list[dict], temperature: float):
     """The torch model's logprobs of vLLM's tokens, one tensor per completion."""
     from mgrpo.models.logprobs import right_pad, token_logprobs
@@ -178,6 +187,23 @@ def max_abs_diff(completions: list[dict], reference: list[torch.Tensor]) -> floa
     diffs = [(torch.tensor(c["logprobs"]) - ref).abs().max().item()
              for c, ref in zip(completions, reference, strict=True)]
     return max(diffs)
+
+
+def greedy_diff_from_torch_engine(model, tok, greedy: list[dict]) -> float:
+    """``greedy``: another engine's completions of ``prompts(tok)`` at temperature 0. They
+    must be TorchEngine's greedy tokens on ``model`` (asserted); returns the largest
+    |logp - logp_TorchEngine| of their (T = 1) logprobs."""
+    from mgrpo.engines.base import GenerationRequest, SamplingParams
+    from mgrpo.engines.torch_engine import TorchEngine
+
+    ours = TorchEngine(model, tok).generate([
+        GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
+        for p in prompts(tok)])
+    theirs_ids, ours_ids = [t["completion_ids"] for t in greedy], [o.completion_ids for o in ours]
+    assert theirs_ids == ours_ids, (theirs_ids, ours_ids)
+    return max(abs(a - b) for o, t in zip(ours, greedy, strict=True)
+               for a, b in zip(o.logprobs, t["logprobs"], strict=True))
+
 
 def sft_step(model, tok, completions: list[dict], lr: float = 1e-2) -> None:
     """One real SFT step (Adam) raising the likelihood of ``completions``' tokens."""

@@ -7,7 +7,8 @@ spawns its engine process, which re-imports the main module.
 Protocol: after start-up one line ``{"ready": true, "version": 0, "load_s": ...}``; then per
 request line ``{"op": "generate", "requests": [{"prompt_ids": [...], "params": {...}}]}`` ->
 ``{"completions": [...]}``, ``{"op": "load_weights", "source": URI, "version": N}`` ->
-``{"version": N, "load_s": ...}``, ``{"op": "quit"}``. A failed request answers
+``{"version": N, "load_s": ..., "lora_id": the served adapter's id or null}``,
+``{"op": "quit"}``. A failed request answers
 ``{"error": "..."}``. Everything vLLM prints goes to stderr: fd 1 is re-pointed there at start
 so that the protocol stream carries only protocol lines.
 """
@@ -50,7 +51,9 @@ def main() -> None:
             elif command["op"] == "load_weights":
                 t0 = time.perf_counter()
                 engine.load_weights(command["source"], command["version"])
-                reply({"version": engine.version, "load_s": time.perf_counter() - t0})
+                lora = engine.lora_request
+                reply({"version": engine.version, "load_s": time.perf_counter() - t0,
+                       "lora_id": lora.lora_int_id if lora is not None else None})
             elif command["op"] == "quit":
                 break
             else:

@@ -6,6 +6,7 @@
 - ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
 - ``loss``: token-level clipped policy loss, KL estimators, the one aggregation function
 - ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
+- ``paired``: paired bootstrap interval of the accuracy difference of two systems (ablations)
 
 No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
 """

@@ -15,6 +15,9 @@ thread-safe) and reconnects by itself when the broker restarts (``mgrpo.bus.cons
 :meth:`KombuBus.consumer_problems` says which consumers are not consuming (health checks).
 Publishing shares one connection behind a lock, with publisher confirms and kombu's retry (a
 publish during a broker restart waits for it, then goes through; none is silently dropped).
+:meth:`KombuBus.publish_many` sends several messages on a second connection and waits for
+the broker's confirms once for all of them (``mgrpo.bus.confirmed_batch``), under the same
+retry; a batch the broker does not confirm raises, to be published again whole.
 
 What this module does NOT do: run Celery tasks (``mgrpo.bus.app``).
 """
@@ -25,10 +28,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kombu import Connection, Producer, Queue
 
+from mgrpo.bus.confirmed_batch import ConfirmedBatches, Outgoing
 from mgrpo.bus.consumer import ConsumerState, serve_queue
 from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
@@ -42,7 +46,10 @@ log = logging.getLogger(__name__)
 
 class KombuBus:
     def __init__(self, broker_url: str, dedupe: Dedupe | None = None, *,
-                 dead_letter_queue_name: str = DEAD_LETTER_QUEUE) -> None:
+                 dead_letter_queue_name: str = DEAD_LETTER_QUEUE,
+                 publish_retries: int | None = None) -> None:
+        """``publish_retries``: reconnections a publish tries before it raises (None: wait
+        out a broker restart however long it takes)."""
         self.broker_url = broker_url
         self.dead_letter_queue_name = dead_letter_queue_name
         self._dedupe = dedupe
@@ -57,7 +64,10 @@ class KombuBus:
         # (since, why) while publishes fail to reach the broker: a worker blocked in a
         # publish is not consuming either, even if its consumer has not noticed yet
         self._publish_down: tuple[float, str] | None = None
-        self._retry = {**RETRY_POLICY, "errback": self._publish_failed}
+        self._retry = {**RETRY_POLICY, "errback": self._publish_failed,
+                       "max_retries": publish_retries}
+        self._batches = ConfirmedBatches(broker_url)
+        self._batch_lock = threading.Lock()
         self.declare_queue(dead_letter_queue(dead_letter_queue_name))
 
     def work_queue(self, name: str) -> Queue:
@@ -84,6 +94,21 @@ class KombuBus:
                 retry=True, retry_policy=self._retry)
             self._publish_down = None
 
+    def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None:
+        """Publish each ``(queue, message)`` in order; returns once the broker has confirmed
+        every one (one wait for the whole batch). Raises
+        :class:`~mgrpo.bus.confirmed_batch.PublishNotConfirmed` if it did not (a nack, an
+        unroutable message, no confirm in time): publish the whole batch again. A lost
+        connection is retried like :meth:`publish` (reconnect, the whole batch again)."""
+        batch = [Outgoing(self.work_queue(queue), to_wire(message), message.message_id)
+                 for queue, message in sends]
+        if not batch:
+            return
+        with self._batch_lock:
+            self._batches.connection.ensure(self._batches, self._batches.send,
+                                            **self._retry)(batch)
+            self._publish_down = None
+
     def dead_letter(self, queue: str, body: str | bytes, reason: str) -> None:
         """Publish a refused message to the dead-letter queue, keeping why and from where."""
         with self._publish_lock:
@@ -95,8 +120,11 @@ class KombuBus:
                 retry_policy=self._retry)
             self._publish_down = None
 
-    def consume(self, queue: str, handler: Handler, *, consumer: str = "") -> None:
-        self._start(self.work_queue(queue), handler, consumer or queue)
+    def consume(self, queue: str, handler: Handler, *, consumer: str = "",
+                dedupe: bool = True) -> None:
+        """``dedupe=False``: no duplicate check or claim in the store per message (two
+        round trips each), for a handler that is idempotent by itself (the reply queues)."""
+        self._start(self.work_queue(queue), handler, consumer or queue, dedupe)
 
     def announce_weights(self, announcement: WeightsAnnouncement) -> None:
         with self._publish_lock:
@@ -114,9 +142,11 @@ class KombuBus:
         self.declare_queue(queue)
         self._start(queue, handler, consumer or name)
 
-    def _start(self, queue: Queue, handler: Handler, consumer: str) -> None:
+    def _start(self, queue: Queue, handler: Handler, consumer: str,
+               dedupe: bool = True) -> None:
         def on_message(message) -> None:
-            outcome = process_payload(message.body, handler, dedupe=self._dedupe,
+            outcome = process_payload(message.body, handler,
+                                      dedupe=self._dedupe if dedupe else None,
                                       consumer=consumer)
             if outcome.status == "retry":  # not the message's fault: again, after a pause
                 self._stop.wait(RETRY_DELAY_S)
@@ -217,6 +247,7 @@ class KombuBus:
         for thread in self._threads:
             thread.join(timeout=5)
         self._connection.release()
+        self._batches.close()
 
 
 RETRY_POLICY = {"max_retries": None, "interval_start": 0.5, "interval_step": 1,

@@ -33,7 +33,7 @@ def new_message_id() -> str:
 
 # Fields that are identifiers (stored as keys, used in queue names): no NUL byte allowed.
 ID_FIELDS = ("message_id", "idempotency_key", "run_id", "round_id", "query_id", "call_id",
-             "agent", "reply_to", "model", "uri", "sha256", "command")
+             "agent", "reply_to", "model", "uri", "sha256", "command", "group")
 TRAJECTORY_ID_FIELDS = ("traj_id", "round_id", "query_id", "agent", "model")
 
 
@@ -66,7 +66,16 @@ class _Message(BaseModel):
         return self
 
 
-class EpisodeTask(_Message):
+class _Grouped(_Message):
+    """A message sent together with others: ``group`` names the send (a round, a planner's
+    delegation turn) and ``group_size`` says how many messages it holds, so a batch consumer
+    can start the moment it holds them all instead of waiting for more (0: unknown)."""
+
+    group: str = ""
+    group_size: int = Field(0, ge=0)
+
+
+class EpisodeTask(_Grouped):
     """Run one attempt of one rollout (planner workers)."""
 
     kind: Literal["episode_task"] = "episode_task"
@@ -82,7 +91,19 @@ class EpisodeTask(_Message):
         return f"{self.round_id}/{self.query_id}/{self.rollout}/{self.attempt}"
 
 
-class SubAgentCall(_Message):
+class TreeBranching(BaseModel):
+    """AT-GRPO: play a delegation as a tree (``mgrpo.training.tree``): K candidates per turn
+    from the same state, the call continued from the best one."""
+
+    model_config = ConfigDict(extra="forbid")
+    k: int = Field(ge=1, le=64)
+    first_turn: int = Field(0, ge=0)  # this agent's decisions earlier in the episode
+    seed: int  # the round's tree seed (``tree_round.tree_seed``)
+    # per candidate slot: the attempt its trajectories carry; None: slot already complete
+    attempts: list[int | None]
+
+
+class SubAgentCall(_Grouped):
     """A planner's delegation to a tool sub-agent; the answer goes to ``reply_to``."""
 
     kind: Literal["subagent_call"] = "subagent_call"
@@ -96,6 +117,7 @@ class SubAgentCall(_Message):
     subtask: str
     reply_to: str
     weights_version: int = Field(0, ge=0)
+    tree: TreeBranching | None = None  # AT-GRPO rounds: K continuations at each turn
 
     def default_key(self) -> str:
         return f"{self.call_id}/{self.attempt}"
@@ -110,6 +132,8 @@ class SubAgentResult(_Message):
     format_ok: bool
     trace: list[dict[str, Any]] = Field(default_factory=list)  # tool calls, for the REST trace
     error: str | None = None
+    turns: int = Field(0, ge=0)  # tree calls: the decisions (turns) the call took
+    solved: bool = False  # tree calls: the result judged right (r_expert)
 
     def default_key(self) -> str:
         return f"{self.call_id}/{self.attempt}"
@@ -177,6 +201,11 @@ def encode_message(message: _Message) -> dict:
 
 def decode_message(payload: bytes | str | dict) -> Message:
     """Parse a wire payload (JSON bytes/str or an already-decoded dict) into a message."""
+    if isinstance(payload, bytes | bytearray | str):
+        try:  # the common case in one pass of pydantic's own JSON parser (no json.loads)
+            return MESSAGE_ADAPTER.validate_json(payload)
+        except ValidationError:
+            pass  # below: the same checks again, to say why
     if isinstance(payload, bytes | bytearray):
         try:
             payload = payload.decode("utf-8")

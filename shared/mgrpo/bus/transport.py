@@ -1,6 +1,7 @@
 """The small bus interface services use, and its embedded implementation.
 
-``Bus``: ``publish(queue, message)``, ``consume(queue, handler, consumer=...)``,
+``Bus``: ``publish(queue, message)``, ``publish_many([(queue, message), ...])`` (in order,
+all-or-raise), ``consume(queue, handler, consumer=...)``,
 ``announce_weights(announcement)``, ``subscribe_weights(handler, consumer=...)``,
 ``dead_letters()``, ``close()``. :class:`InMemoryBus` runs it in one process with in-thread
 workers (embedded mode, SPEC 2.4); :class:`mgrpo.bus.kombu_bus.KombuBus` runs the same
@@ -16,6 +17,7 @@ import json
 import queue as queue_module
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,7 +36,10 @@ class DeadLetter:
 class Bus(Protocol):
     def publish(self, queue: str, message: Message) -> None: ...
 
-    def consume(self, queue: str, handler: Handler, *, consumer: str = "") -> None: ...
+    def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None: ...
+
+    def consume(self, queue: str, handler: Handler, *, consumer: str = "",
+                dedupe: bool = True) -> None: ...
 
     def announce_weights(self, announcement: WeightsAnnouncement) -> None: ...
 
@@ -73,27 +78,35 @@ class InMemoryBus:
     def publish(self, queue: str, message: Message) -> None:
         self.publish_raw(queue, to_wire(message))
 
+    def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None:
+        for queue, message in sends:
+            self.publish(queue, message)
+
     def publish_raw(self, queue: str, body: str) -> None:
         """Put a wire body as is (tests: malformed payloads)."""
         self._queue(queue).put(body)
 
-    def consume(self, queue: str, handler: Handler, *, consumer: str = "") -> None:
+    def consume(self, queue: str, handler: Handler, *, consumer: str = "",
+                dedupe: bool = True) -> None:
+        """``dedupe=False``: no duplicate check or claim (a handler idempotent by itself)."""
         source = self._queue(queue)
-        thread = threading.Thread(target=self._work, args=(queue, source, handler, consumer),
+        thread = threading.Thread(target=self._work,
+                                  args=(queue, source, handler, consumer, dedupe),
                                   name=f"bus-{queue}", daemon=True)
         self._threads.append(thread)
         thread.start()
 
     def _work(self, name: str, source: queue_module.Queue[str], handler: Handler,
-              consumer: str) -> None:
+              consumer: str, dedupe: bool = True) -> None:
         while not self._stop.is_set():
             try:
                 body = source.get(timeout=self._poll_s)
             except queue_module.Empty:
                 continue
             try:
-                outcome: Outcome = process_payload(body, handler, dedupe=self._dedupe,
-                                                   consumer=consumer or name)
+                outcome: Outcome = process_payload(
+                    body, handler, dedupe=self._dedupe if dedupe else None,
+                    consumer=consumer or name)
                 if outcome.status == "dead_letter":
                     with self._lock:
                         self._dead.append(DeadLetter(name, body, outcome.reason or ""))

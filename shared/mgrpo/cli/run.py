@@ -1,4 +1,4 @@
-"""Top-level workflow commands: train, eval, plot, demo, ablate, up.
+"""Top-level workflow commands: train, eval, plot, demo, ablate, compare, up.
 
 Thin: parse options, call ``mgrpo.training``; heavy imports inside the commands.
 """
@@ -69,28 +69,95 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
 
 def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),
           split: str = typer.Option("test", help="train, dev or test"),
-          n: int = typer.Option(200, help="Questions to evaluate."),
+          n: int = typer.Option(200, help="Questions to evaluate (the first N of the split)."),
+          stage: str | None = typer.Option(
+              None, help="1 or 2, or all to mix stages on purpose (default: the config's "
+              "eval_stage; a selection that would mix stages is refused)."),
           greedy: bool = typer.Option(True, help="Greedy (T=0) or sampled decoding."),
+          checkpoints: bool = typer.Option(
+              False, help="Evaluate the run's latest checkpoints (out_dir/checkpoints), not "
+              "the models' starting paths."),
+          bench_seed: int | None = typer.Option(
+              None, help="Also evaluate on the config's benchmark rebuilt with this generator "
+              "seed (new entities, same templates; built once into BENCH_DIR-seedS)."),
+          subagent: str | None = typer.Option(
+              None, help="Also play this sub-agent (searcher, coder) alone on the gold "
+              "subtasks of the questions: its own r_expert, free of the planner's errors."),
           out: Path | None = typer.Option(None, help="Write the JSON here too."),
           set_: list[str] = typer.Option([], "--set")) -> None:
-    """Evaluate: accuracy, format validity, calls per sub-agent, tokens per answer (JSON)."""
+    """Evaluate: accuracy, format validity, calls and r_expert per sub-agent, tokens per
+    answer (JSON). With --bench-seed, the same numbers on another seed's benchmark beside."""
+    from mgrpo.cli.errors import UserError
     from mgrpo.training.config import load_run_config
-    from mgrpo.training.evaluate import evaluate
-    from mgrpo.training.system import build_system
+    from mgrpo.training.heldout import other_seed_benchmark, parse_stage
 
     cfg = load_run_config(config, _parse_overrides(set_))
-    system = build_system(cfg)
-    questions = system.bench.questions(split)[:n]
-    if not questions:
-        raise typer.BadParameter(f"split {split!r} has no questions in {cfg.bench_dir}")
-    from mgrpo.progress import progress_bar
+    try:
+        chosen = parse_stage(stage)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--stage") from None
+    if chosen is None and cfg.eval_stage is not None:
+        chosen = cfg.eval_stage
+    result = _eval_on(cfg, split, n, chosen, greedy, checkpoints, subagent)
+    if bench_seed is not None:
+        from mgrpo.envs import load_benchmark
+        from mgrpo.training.heldout import name_overlap
 
-    with progress_bar(desc="eval", total=len(questions)) as bar:
-        result = evaluate(system, questions, greedy=greedy, progress=bar.update)
+        try:
+            other = other_seed_benchmark(cfg.bench_dir, bench_seed,
+                                         f"{cfg.bench_dir.rstrip('/')}-seed{bench_seed}")
+        except ValueError as exc:
+            raise UserError(str(exc), "pass --bench-seed with a seed other than the "
+                            "benchmark's own") from None
+        other_cfg = cfg.model_copy(update={"bench_dir": str(other)})
+        result = {f"seed {_bench_seed(cfg.bench_dir)}": result,
+                  f"seed {bench_seed}": _eval_on(other_cfg, split, n, chosen, greedy,
+                                                 checkpoints, subagent),
+                  "name_overlap": name_overlap(load_benchmark(cfg.bench_dir),
+                                               load_benchmark(other), split)}
     text = json.dumps(result, indent=2, sort_keys=True)
     if out:
         out.write_text(text)
     typer.echo(text)
+
+
+def _bench_seed(bench_dir: str) -> int | str:
+    from mgrpo.envs import load_benchmark
+
+    config = load_benchmark(bench_dir).config
+    return config.seed if config is not None else "?"
+
+
+def _eval_on(cfg, split: str, n: int, stage, greedy: bool, checkpoints: bool,
+             subagent: str | None = None) -> dict:
+    """One evaluation of ``cfg``'s system: metrics plus what was evaluated."""
+    from mgrpo.cli.errors import UserError
+    from mgrpo.progress import progress_bar
+    from mgrpo.training.evaluate import evaluate
+    from mgrpo.training.heldout import load_trained, select_questions
+    from mgrpo.training.system import build_system
+
+    system = build_system(cfg)
+    try:
+        questions = select_questions(system.bench, split, n, stage)
+    except ValueError as exc:
+        raise UserError(f"{cfg.bench_dir}: {exc}", "see `mgrpo data show "
+                        f"{cfg.bench_dir}` for the questions per split and stage") from None
+    versions = load_trained(system) if checkpoints else {}
+    with progress_bar(desc="eval", total=len(questions)) as bar:
+        result: dict = evaluate(system, questions, greedy=greedy, progress=bar.update)
+    if subagent is not None:
+        if subagent not in system.runtimes or subagent == "planner":
+            raise UserError(f"--subagent {subagent!r} is not a sub-agent of this run",
+                            f"one of {sorted(r for r in system.runtimes if r != 'planner')}")
+        from mgrpo.training.evaluate import evaluate_subagent
+
+        result.update(evaluate_subagent(system, subagent, questions, greedy=greedy))
+    result.update({"split": split, "stages": sorted({q.stage for q in questions}),
+                   "questions": len(questions), "bench_dir": cfg.bench_dir,
+                   "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
+                   or "models' paths"})
+    return result
 
 
 def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,
@@ -111,26 +178,47 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
          rounds: int = typer.Option(None, help="M-GRPO rounds (default: the demo's)."),
          config: Path | None = typer.Option(None, exists=True, dir_okay=False,
                                             help="YAML overriding DemoConfig fields."),
+         set_: list[str] = typer.Option(
+             [], "--set", help="Run-config override for the RL rounds, as `mgrpo train "
+             "--set`, e.g. --set max_staleness=1 --set loss.rollout_is=token (asynchronous)."),
          ) -> None:
     """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table."""
+    from mgrpo.training.demo import run_demo
+
+    run_demo(demo_config(out, seed, rounds, config, set_))
+
+
+def demo_config(out: Path, seed: int, rounds: int | None, config: Path | None,
+                set_: list[str]):
+    """`mgrpo demo`'s options as a validated DemoConfig (``--set`` adds to the file's
+    ``run_set``)."""
     import yaml
 
-    from mgrpo.training.demo import DemoConfig, run_demo
+    from mgrpo.training.demo import DemoConfig
 
     fields = yaml.safe_load(config.read_text()) if config else {}
     fields.update({"out_dir": str(out), "seed": seed})
     if rounds is not None:
         fields["rounds"] = rounds
-    run_demo(DemoConfig.model_validate(fields))
+    if set_:
+        fields["run_set"] = {**fields.get("run_set", {}), **_parse_overrides(set_)}
+    return DemoConfig.model_validate(fields)
 
 
 def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
            seeds: str = typer.Option("0,1,2", help="RL seeds, comma-separated."),
-           rounds: int = typer.Option(15, help="RL rounds per run."),
+           rounds: int = typer.Option(15, help="RL rounds per run (of the last stage when "
+                                      "the demo config is a curriculum)."),
            demo_dir: Path = typer.Option(Path("runs/demo"),
                                          help="Warm start to reuse (built if missing)."),
+           config: Path | None = typer.Option(
+               None, exists=True, dir_okay=False, help="YAML of DemoConfig fields, as for "
+               "`mgrpo demo` (examples/demo_full.yaml: the stage-2 curriculum)."),
            results: Path | None = typer.Option(
                None, help="Markdown report (default OUT/results.md)."),
+           variants: str = typer.Option(
+               "single-agent,main-only,co-training", help="Variants to run, comma-separated. "
+               "Finished runs in OUT are reused, so a later call can add the rest."),
            ) -> None:
     """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds."""
     from mgrpo.training.ablate import AblateConfig, run_ablation
@@ -140,9 +228,36 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise typer.BadParameter(f"--seeds {seeds!r}: expected integers like 0,1,2") from None
-    run_ablation(AblateConfig(out_dir=str(out), seeds=seed_list, rounds=rounds,
-                              demo=DemoConfig(out_dir=str(demo_dir)),
+    import yaml
+
+    fields = yaml.safe_load(config.read_text()) if config else {}
+    demo = DemoConfig.model_validate({**fields, "out_dir": str(demo_dir)})
+    run_ablation(AblateConfig(out_dir=str(out), seeds=seed_list, rounds=rounds, demo=demo,
+                              variants=[v.strip() for v in variants.split(",") if v.strip()],
                               results_md=str(results) if results else None))
+
+
+def compare(arm: list[str] = typer.Option(..., help="NAME=RUN_DIR,RUN_DIR,... (one per "
+                                          "seed); repeat for each arm, the first is the "
+                                          "one compared against the others."),
+            out: Path | None = typer.Option(None, help="Write the markdown here too."),
+            ) -> None:
+    """Arms side by side: held-out accuracy after RL, generated tokens per round, and the
+    first arm minus each other, paired on the same questions (95% bootstrap)."""
+    from mgrpo.training.compare import compare_markdown
+
+    arms = {}
+    for item in arm:
+        name, sep, dirs = item.partition("=")
+        if not sep or not dirs:
+            raise typer.BadParameter(f"--arm {item!r}: expected NAME=DIR,DIR")
+        arms[name] = [d for d in dirs.split(",") if d]
+    if len(arms) < 2:
+        raise typer.BadParameter("give at least two --arm")
+    markdown = compare_markdown(arms)
+    print(markdown, end="")
+    if out:
+        out.write_text(markdown)
 
 
 def register(app: typer.Typer) -> None:
@@ -152,3 +267,4 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_)
     app.command("plot")(plot)
     app.command("ablate")(ablate)
+    app.command("compare")(compare)

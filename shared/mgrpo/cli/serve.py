@@ -59,7 +59,7 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
 
 
 @app.command("planner-worker")
-def planner_worker(batch_size: int = typer.Option(16, min=1, help="Episode tasks played as "
+def planner_worker(batch_size: int = typer.Option(64, min=1, help="Episode tasks played as "
                                                   "one batched run.")) -> None:
     """Run a planner worker: episodes from planner.episodes, delegations over the bus."""
     from services.planner.worker import main
@@ -75,7 +75,7 @@ def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (
              model: str = typer.Option(None, help="Model folder (default: the run config's "
                                        "path for this role's model)."),
              description: str = typer.Option("", help="One line the planner sees."),
-             batch_size: int = typer.Option(16, min=1)) -> None:
+             batch_size: int = typer.Option(64, min=1)) -> None:
     """Run one tool sub-agent; it registers itself, so the planner lists it."""
     from services.subagent.main import main
 
@@ -86,8 +86,16 @@ def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (
 @app.command("trainer")
 def trainer(model: str = typer.Option(..., help="The model this trainer trains (a key of "
                                       "`models:` in the run config).")) -> None:
-    """Run one model's trainer: ingest, wait for the round, train, checkpoint, announce."""
+    """Run one model's trainer: ingest, wait for the round, train, checkpoint, announce.
+    With MGRPO_TRAINER_NPROC > 1 (outside torchrun): as a torchrun job of that many ranks."""
+    import os
+
+    from mgrpo.services.trainer_ranks import torchrun_argv
     from services.trainer.main import main
 
-    main(_settings(), model)
+    settings = _settings()
+    if settings.trainer_nproc > 1 and "WORLD_SIZE" not in os.environ:
+        argv = torchrun_argv(settings.trainer_nproc, model)
+        os.execv(argv[0], argv)  # torchrun becomes this process: signals reach it
+    main(settings, model)
     _exit_now()

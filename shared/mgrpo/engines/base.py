@@ -32,8 +32,9 @@ class GenerationRequest:
 class Completion:
     prompt_ids: list[int]
     completion_ids: list[int]
-    # one per completion id: log p(token | prefix) at the sampling temperature (torch engine;
-    # vLLM/remote engines report temperature 1, docs/algorithm.md "rollout logprobs")
+    # one per completion id: log p(token | prefix) at the sampling temperature, the
+    # distribution sampled (every engine; greedy rows: T = 1). docs/algorithm.md "rollout
+    # logprobs"
     logprobs: list[float]
     text: str  # decoded completion_ids
     finish_reason: Literal["stop", "length"]

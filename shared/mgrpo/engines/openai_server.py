@@ -5,8 +5,12 @@ Speaks the subset of ``POST /v1/completions`` that ``vllm serve`` speaks and tha
 ``max_tokens``, ``temperature``, ``top_p``, ``top_k`` (-1 or 0 = off), ``stop``,
 ``stop_token_ids``, ``seed``, ``n``, ``logprobs`` (the sampled token's logprob is always
 returned; top alternatives are not) and ``return_tokens_as_token_ids`` (tokens come back as
-``"token_id:123"``, as in vLLM). Plus two mgrpo endpoints: ``GET /mgrpo/version`` and
-``POST /mgrpo/load_weights`` (load a checkpoint URI between rounds).
+``"token_id:123"``, as in vLLM). Logprobs are those of the distribution sampled
+(``log_softmax(logits / T)``, vLLM's ``--logprobs-mode processed_logprobs``), or with
+``logprobs_mode="raw_logprobs"`` the T = 1 ones (vLLM's default; re-scored teacher-forced
+by the engine's ``model``: for tests of clients against such a server). Plus two mgrpo
+endpoints: ``GET /mgrpo/version`` and ``POST /mgrpo/load_weights`` (load a checkpoint URI
+between rounds).
 
 What it does NOT do: chat completions, streaming, authentication, top-k alternative
 logprobs, or concurrency (requests are served one at a time under a lock).
@@ -75,8 +79,26 @@ def _choice(index: int, completion, tokenizer, as_ids: bool) -> dict:
                          "top_logprobs": None, "text_offset": offsets}}
 
 
-def create_app(engine: Engine, tokenizer, model_name: str = "mgrpo") -> FastAPI:
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+
+
+def _raw_logprobs(model, completion) -> list[float]:
+    """T = 1 logprobs of a completion's tokens, teacher-forced (what vLLM's raw mode reports)."""
+    import torch
+
+    from mgrpo.models.logprobs import token_logprobs
+
+    ids = torch.tensor([completion.prompt_ids + completion.completion_ids])
+    with torch.no_grad():
+        logp = token_logprobs(model, ids)[0]
+    return logp[len(completion.prompt_ids):].tolist()
+
+
+def create_app(engine: Engine, tokenizer, model_name: str = "mgrpo",
+               logprobs_mode: str = "processed_logprobs") -> FastAPI:
     """The FastAPI app serving ``engine`` (its tokenizer decodes tokens and text prompts)."""
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(f"logprobs_mode={logprobs_mode!r}: use one of {LOGPROBS_MODES}")
     app = FastAPI(title="mgrpo completions", version="1")
     lock = threading.Lock()
 
@@ -117,6 +139,9 @@ def create_app(engine: Engine, tokenizer, model_name: str = "mgrpo") -> FastAPI:
                 requests.append(GenerationRequest(prompt_ids=ids, params=params))
         with lock:
             outputs = engine.generate(requests)
+            if logprobs_mode == "raw_logprobs":
+                for c in outputs:
+                    c.logprobs = _raw_logprobs(engine.model, c)
         choices = [_choice(i, c, tokenizer, body.return_tokens_as_token_ids)
                    for i, c in enumerate(outputs)]
         prompt_tokens = sum(len(r.prompt_ids) for r in requests)

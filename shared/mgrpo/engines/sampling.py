@@ -30,6 +30,70 @@ def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torc
     return gen
 
 
+class RowSampling:
+    """The sampling constants of a batch's rows as tensors, built once per batch (not once
+    per token) and cut down with the batch (:meth:`select`)."""
+
+    def __init__(self, params: list[SamplingParams], vocab: int,
+                 device: str | torch.device = "cpu", sort_free: bool = True):
+        self.greedy = torch.tensor([p.temperature <= 0 for p in params], device=device)
+        self.all_greedy = bool(self.greedy.all())
+        # (B, 1): the row's temperature; 1 for greedy rows (their logprobs are untempered)
+        self.temperature = torch.tensor([max(p.temperature, 1e-6) if p.temperature > 0 else 1.0
+                                         for p in params], device=device)[:, None]
+        self.sort_free = sort_free and all(not 0 < p.top_k < vocab and p.top_p >= 1
+                                           for p in params)
+        self.top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params],
+                                  device=device)
+        self.top_p = torch.tensor([p.top_p for p in params], device=device)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.greedy, self.temperature = self.greedy[index], self.temperature[index]
+        self.top_k, self.top_p = self.top_k[index], self.top_p[index]
+        self.all_greedy = bool(self.greedy.all())
+
+    def draw(self, logits: torch.Tensor, uniform: torch.Tensor | None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens (B,), logits / T (B, V)); ``uniform`` (B,) is one number in [0, 1) per row
+        (None only when every row is greedy)."""
+        scaled = logits.float() / self.temperature
+        chosen = torch.argmax(logits, dim=-1)
+        if self.all_greedy:
+            return chosen, scaled
+        vocab = logits.shape[-1]
+        if self.sort_free:
+            cdf = torch.softmax(scaled, dim=-1).cumsum(-1)
+            # (1 - u) in (0, 1]: the target is > 0, so a zero-probability token is never chosen
+            target = (1.0 - uniform)[:, None] * cdf[:, -1:]
+            sampled = torch.searchsorted(cdf, target).clamp(max=vocab - 1).squeeze(-1)
+            return torch.where(self.greedy, chosen, sampled), scaled
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)  # (B, V)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        rank = torch.arange(vocab, device=logits.device)[None, :]
+        mass_before = probs.cumsum(-1) - probs  # (B, V) mass of strictly more likely tokens
+        keep = (rank < self.top_k[:, None]) & (mass_before < self.top_p[:, None])
+        keep[:, 0] = True
+        cdf = (probs * keep).cumsum(-1)  # (B, V)
+        target = uniform[:, None] * cdf[:, -1:]
+        index = torch.searchsorted(cdf, target).clamp(max=vocab - 1)  # (B, 1)
+        sampled = order.gather(-1, index).squeeze(-1)
+        return torch.where(self.greedy, chosen, sampled), scaled
+
+
+def draw_uniforms(generators: list[torch.Generator], steps: list[int],
+                  device: str | torch.device = "cpu") -> torch.Tensor:
+    """(B, max(steps)): row i's first ``steps[i]`` uniforms from its own generator, drawn at
+    once (one call per row per batch instead of one per row per token); zeros after them.
+    On CPU ``torch.rand(n, generator=g)`` gives the same numbers as n one-number draws
+    (tests/unit/engines/test_engines_sampling.py checks it); on CUDA the stream differs but is
+    still the request's own."""
+    out = torch.zeros((len(generators), max(steps, default=0)), device=device)
+    for i, (gen, n) in enumerate(zip(generators, steps, strict=True)):
+        if n > 0:
+            out[i, :n] = torch.rand(n, generator=gen, device=gen.device).to(device)
+    return out
+
+
 def sample_next(logits: torch.Tensor, params: list[SamplingParams],
                 generators: list[torch.Generator], sort_free: bool = True) -> torch.Tensor:
     """Choose the next token per row, vectorised over the batch. logits: (B, V) raw.
@@ -43,38 +107,17 @@ def sample_next(logits: torch.Tensor, params: list[SamplingParams],
     vocabulary in its own order: no (B, V) sort, which cost ~14% of a generation. Same
     distribution and the same one uniform per row per step, but a seed maps to a different
     token than with ``sort_free=False`` (the CDF's order differs).
+
+    One call builds a :class:`RowSampling` and draws one uniform per row; the engine builds
+    the first once per batch and draws all its uniforms up front (:func:`draw_uniforms`).
     """
-    batch, vocab = logits.shape
-    device = logits.device
-    greedy = torch.tensor([p.temperature <= 0 for p in params], device=device)
-    chosen = torch.argmax(logits, dim=-1)
-    if bool(greedy.all()):
-        return chosen
-    temperature = torch.tensor([max(p.temperature, 1e-6) for p in params], device=device)
+    rows = RowSampling(params, logits.shape[-1], logits.device, sort_free)
+    if rows.all_greedy:
+        return rows.draw(logits, None)[0]
     # one uniform per row from the row's own generator: its stream ignores other rows
     uniform = torch.stack([torch.rand((), generator=g, device=g.device)
-                           for g in generators]).to(device)
-    if sort_free and all(not 0 < p.top_k < vocab and p.top_p >= 1 for p in params):
-        cdf = torch.softmax(logits.float() / temperature[:, None], dim=-1).cumsum(-1)
-        # (1 - u) in (0, 1]: the target is > 0, so a zero-probability token is never chosen
-        target = (1.0 - uniform)[:, None] * cdf[:, -1:]
-        sampled = torch.searchsorted(cdf, target).clamp(max=vocab - 1).squeeze(-1)
-        return torch.where(greedy, chosen, sampled)
-    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params],
-                         device=device)
-    top_p = torch.tensor([p.top_p for p in params], device=device)
-    sorted_logits, order = torch.sort(logits.float() / temperature[:, None], dim=-1,
-                                      descending=True)  # (B, V)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    rank = torch.arange(vocab, device=device)[None, :]
-    mass_before = probs.cumsum(-1) - probs  # (B, V) mass of strictly more likely tokens
-    keep = (rank < top_k[:, None]) & (mass_before < top_p[:, None])
-    keep[:, 0] = True
-    cdf = (probs * keep).cumsum(-1)  # (B, V)
-    target = uniform[:, None] * cdf[:, -1:]
-    index = torch.searchsorted(cdf, target).clamp(max=vocab - 1)  # (B, 1)
-    sampled = order.gather(-1, index).squeeze(-1)
-    return torch.where(greedy, chosen, sampled)
+                           for g in generators]).to(logits.device)
+    return rows.draw(logits, uniform)[0]
 
 
 def stop_window(stops: list[str]) -> int:

@@ -7,11 +7,14 @@ The hot path of training: thousands of short multi-turn generations. Per call to
    padding); results come back in request order;
 2. each batch is LEFT-padded; ``position_ids = cumsum(attention_mask) - 1`` so every row's
    first real token is at position 0, exactly as in an unpadded forward pass;
-3. one prefill pass fills a ``DynamicCache``; then one token per step for every live row;
+3. one prefill pass (the model's forward) fills the KV cache; then one token per step for
+   every live row: for Qwen2/Llama-shaped models on a static, pre-allocated cache
+   (:class:`mgrpo.engines.decoders.StaticDecoder`, ``static_cache=True``, the default),
+   otherwise through the model's forward pass on a ``DynamicCache``;
 4. a row stops at one of its ``stop_token_ids``, at the tokenizer's eos (``stop_at_eos``), when
    its decoded tail contains one of its ``stop`` strings (the stop text is kept), or at its
    ``max_new_tokens`` (finish_reason "length"). Finished rows are dropped from the cache
-   (``batch_select_indices``) so the batch shrinks; the loop exits when no row is left.
+   so the batch shrinks; the loop exits when no row is left.
 
 Logprobs: ``log_softmax(logits / T)`` at the chosen token, T the row's sampling temperature
 (T = 1 for greedy rows), before top-k/top-p: the quantity a teacher-forced pass at the same
@@ -19,7 +22,8 @@ temperature computes (``mgrpo.models.logprobs.token_logprobs(..., temperature=T)
 what the trainer trains. They are NOT renormalised over a top-k/top-p set (the run config
 refuses those for training, see ``mgrpo.training.config.SamplingConfig``).
 
-Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request). Without top-k/top-p
+Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request; a batch draws each row's
+uniforms at its start, :func:`~mgrpo.engines.sampling.draw_uniforms`). Without top-k/top-p
 the draw skips the vocabulary sort (``sort_free=True``, the default; ``False`` gives the
 sorted inverse CDF of earlier versions, same distribution, other tokens for a seed).
 
@@ -34,7 +38,14 @@ from dataclasses import dataclass, field
 import torch
 
 from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
-from mgrpo.engines.sampling import hits_stop_string, make_generator, sample_next, stop_window
+from mgrpo.engines.decoders import make_decoder
+from mgrpo.engines.sampling import (
+    RowSampling,
+    draw_uniforms,
+    hits_stop_string,
+    make_generator,
+    stop_window,
+)
 
 
 @dataclass
@@ -54,7 +65,8 @@ class TorchEngine:
     """The default :class:`~mgrpo.engines.base.Engine`: transformers + PyTorch."""
 
     def __init__(self, model, tokenizer, device: str = "cpu", max_batch_size: int = 64,
-                 stop_at_eos: bool = True, version: int = 0, sort_free: bool = True):
+                 stop_at_eos: bool = True, version: int = 0, sort_free: bool = True,
+                 static_cache: bool = True):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         self.model = model.to(device).eval()
@@ -64,6 +76,7 @@ class TorchEngine:
         self.stop_at_eos = stop_at_eos
         self.version = version
         self.sort_free = sort_free  # see mgrpo.engines.sampling.sample_next
+        self.static_cache = static_cache  # see mgrpo.engines.decoders.StaticDecoder
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
 
@@ -83,7 +96,9 @@ class TorchEngine:
         return results  # type: ignore[return-value]
 
     def load_weights(self, source, version: int) -> None:
-        """Load a state dict, or a checkpoint version directory (path or fsspec URI)."""
+        """Load a state dict, or a checkpoint version directory (path or fsspec URI). A LoRA
+        (peft) model takes an adapter checkpoint into its adapter, and full weights into its
+        base with the adapter reset (``mgrpo.models.lora.load_base_state``)."""
         if isinstance(source, dict):
             state = source
         else:
@@ -96,6 +111,12 @@ class TorchEngine:
                 load_adapter_state(self.model, state)
                 self.version = version
                 return
+        from mgrpo.models.lora import is_lora_model, load_base_state
+
+        if is_lora_model(self.model):  # full weights: the base's, with the adapter reset
+            load_base_state(self.model, state)
+            self.version = version
+            return
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         tied = set(getattr(self.model, "_tied_weights_keys", None) or [])
         if unexpected or set(missing) - tied:
@@ -150,22 +171,21 @@ class TorchEngine:
                            finish_reason=r.finish_reason or "length") for r in rows]
 
     def _decode_loop(self, live: list[_Row]) -> None:
-        from transformers import DynamicCache
-
         input_ids, mask = self._left_pad(live)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        cache = DynamicCache()
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        next_pos = positions[:, -1:] + 1  # (B, 1)
-        # per-row constants, built once per batch and cut down with it (not once per token)
-        params, generators = [r.request.params for r in live], [r.generator for r in live]
-        temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
-                             device=self.device)[:, None]
+        steps = [r.request.params.max_new_tokens for r in live]
+        decoder = make_decoder(self.model, len(live), input_ids.shape[1], max(steps),
+                               static=self.static_cache)
+        logits = decoder.prefill(input_ids, mask, positions)
+        # per-row constants and every row's uniforms, built once per batch (not per token)
+        sampling = RowSampling([r.request.params for r in live], logits.shape[-1],
+                               self.device, self.sort_free)
+        uniforms = None if sampling.all_greedy else draw_uniforms(
+            [r.generator for r in live], steps, self.device)
+        step = 0
         while True:
-            logits = out.logits[:, -1].float()  # (B, V)
-            tokens = sample_next(logits, params, generators, sort_free=self.sort_free)
-            scaled = logits / temps
+            tokens, scaled = sampling.draw(logits, None if uniforms is None
+                                           else uniforms[:, step])
             logp = scaled.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scaled, -1)
             for row, tok, lp in zip(live, tokens.tolist(), logp.tolist(), strict=True):
                 self._record(row, tok, lp)
@@ -174,12 +194,10 @@ class TorchEngine:
                 return
             if len(keep) < len(live):  # shrink the batch: finished rows cost nothing more
                 index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
-                temps = temps[index]
+                decoder.select(index)
+                sampling.select(index)
+                tokens = tokens[index]
+                uniforms = None if uniforms is None else uniforms[index]
                 live = [live[i] for i in keep]
-                params, generators = [params[i] for i in keep], [generators[i] for i in keep]
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-            out = self.model(input_ids=tokens[:, None], attention_mask=mask,
-                             position_ids=next_pos, past_key_values=cache, use_cache=True)
-            next_pos = next_pos + 1
+            logits = decoder.step(tokens)
+            step += 1

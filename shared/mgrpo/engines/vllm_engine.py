@@ -15,15 +15,26 @@ to a temporary safetensors folder) is reloaded by each worker through the worker
 :mod:`mgrpo.engines.vllm_worker_ext` (vLLM's in-place reload plus the tied ``lm_head`` fix),
 then the prefix cache is dropped (its KV entries came from the old weights).
 
+LoRA: built with ``enable_lora=True`` (vLLM's ``max_lora_rank``, default 16, must be >= the
+adapter's ``r``), the engine keeps its base weights and ``load_weights`` of a LoRA adapter
+checkpoint (``mgrpo.models.lora`` + ``save_checkpoint`` of a peft model: kind ``lora``) only
+pushes the adapter: its two files are copied into a folder the engine owns, registered as a
+new ``LoRARequest`` (a new adapter id per load, so vLLM never serves a cached older version
+under the same id) and loaded at once (a bad adapter fails in ``load_weights``, not in the
+next ``generate``); every later ``generate`` uses it, and the previous adapter is removed.
+A full-weights load replaces the base weights and drops the adapter. Without
+``enable_lora`` a LoRA checkpoint is refused with a message that says so.
+
 The ``LLM`` spawns its engine process: build this engine under ``if __name__ ==
 "__main__":`` in a script. What it does NOT do: run without vLLM (importing this module is
-fine; constructing the engine raises an ImportError that says how to install it), LoRA
-adapters (a LoRA checkpoint is refused: merge it first), multi-GPU set-up beyond what
-``llm_kwargs`` passes to ``vllm.LLM``.
+fine; constructing the engine raises an ImportError that says how to install it), serve
+several adapters at once (one current adapter for all requests), multi-GPU set-up beyond
+what ``llm_kwargs`` passes to ``vllm.LLM``.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -65,6 +76,10 @@ class VLLMEngine:
         self.llm = vllm.LLM(model=str(model_path), **cpu_defaults(llm_kwargs))
         self.version = version
         self.ignore_eos = ignore_eos
+        self.lora_enabled = bool(llm_kwargs.get("enable_lora"))
+        self.lora_request = None  # the adapter every generate uses; None: the base weights
+        self._lora_ids = 0
+        self._adapters: tempfile.TemporaryDirectory | None = None
 
     def _params(self, request: GenerationRequest):
         p = request.params
@@ -81,7 +96,7 @@ class VLLMEngine:
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         outputs = self.llm.generate(prompts, [self._params(r) for r in requests],
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=self.lora_request)
         completions = []
         for request, output in zip(requests, outputs, strict=True):
             out = output.outputs[0]
@@ -95,14 +110,85 @@ class VLLMEngine:
         return completions
 
     def load_weights(self, source, version: int) -> None:
-        """``source``: a state dict, or a checkpoint version folder (path or fsspec URI)."""
-        with tempfile.TemporaryDirectory(prefix="mgrpo-vllm-weights-") as tmp:
-            self._reload(weights_folder(source, tmp))
+        """``source``: a state dict, or a checkpoint version folder (path or fsspec URI) of
+        full weights or of a LoRA adapter (see the module docstring)."""
+        if not isinstance(source, dict) and checkpoint_kind(str(source)) == "lora":
+            self._push_adapter(str(source), version)
+        else:
+            with tempfile.TemporaryDirectory(prefix="mgrpo-vllm-weights-") as tmp:
+                self._reload(weights_folder(source, tmp))
+            self._drop_adapter()
         self.version = version
 
     def _reload(self, folder: str) -> None:
         self.llm.collective_rpc("mgrpo_load_weights", args=(folder,))
         self.llm.reset_prefix_cache()
+
+    def _push_adapter(self, source: str, version: int) -> None:
+        if not self.lora_enabled:
+            raise ValueError(f"{source} is a LoRA adapter checkpoint but this VLLMEngine was "
+                             "built without LoRA: build it with enable_lora=True (and "
+                             "max_lora_rank >= the adapter's r; vLLM's default is 16)")
+        from vllm.lora.request import LoRARequest
+
+        if self._adapters is None:
+            self._adapters = tempfile.TemporaryDirectory(prefix="mgrpo-vllm-lora-")
+        self._lora_ids += 1
+        folder = Path(self._adapters.name, f"{self._lora_ids:06d}-v{version}")
+        adapter_folder(source, folder)
+        request = LoRARequest(f"mgrpo-{self._lora_ids}-v{version}", self._lora_ids,
+                              str(folder))
+        try:
+            self.llm.llm_engine.add_lora(request)  # load now: a bad adapter fails here
+        except Exception:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._drop_adapter()
+        self.lora_request = request
+
+    def _drop_adapter(self) -> None:
+        old, self.lora_request = self.lora_request, None
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+
+def checkpoint_kind(uri: str) -> str:
+    """``full`` or ``lora``, from a checkpoint version folder's manifest (``full`` when the
+    folder has none: :func:`weights_folder` then says what is wrong)."""
+    import json
+
+    import fsspec
+
+    from mgrpo.models.checkpoint import MANIFEST
+
+    fs, path = fsspec.core.url_to_fs(uri)
+    path = path.rstrip("/")
+    if not fs.exists(f"{path}/{MANIFEST}"):
+        return "full"
+    return json.loads(fs.cat_file(f"{path}/{MANIFEST}")).get("kind", "full")
+
+
+def adapter_folder(source: str, folder: Path) -> Path:
+    """Copy a verified LoRA checkpoint's adapter (``adapter_model.safetensors`` +
+    ``adapter_config.json``, peft's layout, which vLLM reads) into ``folder``."""
+    import fsspec
+    from safetensors.torch import save_file
+
+    from mgrpo.models.checkpoint import read_checkpoint_dir
+
+    state, manifest = read_checkpoint_dir(source)  # raises on a corrupt checkpoint
+    if "adapter_config.json" not in manifest["files"]:
+        raise ValueError(f"{source}: a LoRA checkpoint without adapter_config.json (peft's "
+                         "adapter settings); save it with mgrpo.models.checkpoint from a peft "
+                         "model")
+    fs, path = fsspec.core.url_to_fs(source)
+    path = path.rstrip("/")
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_bytes(fs.cat_file(f"{path}/adapter_config.json"))
+    save_file({k: v.contiguous() for k, v in state.items()},
+              str(folder / "adapter_model.safetensors"))
+    return folder
 
 
 def weights_folder(source, tmp: str) -> str:
@@ -117,8 +203,8 @@ def weights_folder(source, tmp: str) -> str:
 
         state, manifest = read_checkpoint_dir(str(source))  # raises on a corrupt checkpoint
         if manifest.get("kind") == "lora":
-            raise ValueError(f"{source} is a LoRA adapter checkpoint; VLLMEngine loads full "
-                             "weights only (merge the adapter first)")
+            raise ValueError(f"{source} is a LoRA adapter checkpoint, not full weights: "
+                             "VLLMEngine.load_weights pushes it as an adapter")
         local = str(source).removeprefix("file://")
         if "://" not in local and Path(local, "model.safetensors").exists():
             return local

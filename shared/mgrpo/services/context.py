@@ -93,6 +93,26 @@ def trained_models(round_config: dict) -> list[str]:
     return list(round_config.get("trained_models", []))
 
 
+ROUND_ONLY_KEYS = ("trained_models", "scored_models")  # in a round's config, not a RunConfig
+
+
+def run_config_of(round_config: dict):
+    """The :class:`RunConfig` a round was started with (its stored config less the keys
+    ``start_round`` adds)."""
+    from mgrpo.training.config import RunConfig
+
+    return RunConfig.model_validate({k: v for k, v in round_config.items()
+                                     if k not in ROUND_ONLY_KEYS})
+
+
+def scored_models(round_config: dict) -> list[str]:
+    """Models whose trajectories a round stores and scores: the trained ones and the frozen
+    ones an agent plays (main-only: rewards, group statistics and metrics of the frozen
+    sub-agents, as embedded mode records them; no update). Written by ``start_round``;
+    a round stored without it scores its trained models."""
+    return list(round_config.get("scored_models", trained_models(round_config)))
+
+
 class EngineUnavailable(RuntimeError):
     """The engine a run config names cannot run in this process (not installed)."""
 
@@ -102,11 +122,29 @@ def agent_engine(cfg: RunConfig, role: str, settings: Settings) -> str:
     return cfg.engines.get(role, settings.engine)
 
 
-def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any, Any]:
+def lora_rank_cap(r: int) -> int:
+    """vLLM's ``max_lora_rank`` for an adapter of rank ``r``: the smallest power of two
+    >= max(r, 8)."""
+    cap = 8
+    while cap < r:
+        cap *= 2
+    return cap
+
+
+def load_engine(path: str, device: str, engine: str = "torch",
+                lora: Any = None) -> tuple[Any, Any, Any]:
     """(model, tokenizer, engine) for a local HF folder. ``engine``: ``torch``; ``vllm``
     (model None: the weights live in vLLM); an ``http(s)://`` URL of an OpenAI-compatible
     server (model None; the tokenizer is read from ``path``); or a ``module:factory`` path
-    (``MGRPO_ENGINE``) called as ``factory(path, device)``."""
+    (``MGRPO_ENGINE``) called as ``factory(path, device)``. ``lora`` (the model's
+    ``LoraSpec``): the torch model is wrapped with that adapter (seeded initial values) and
+    a vllm engine is built with ``enable_lora``; a server URL refuses it (its refresh path
+    reloads full weights only); a ``module:factory`` engine gets the adapter checkpoints in
+    ``load_weights`` and must handle them itself."""
+    if lora is not None and engine.startswith(("http://", "https://")):
+        raise ValueError(f"engine {engine!r} is a server: models.<m>.lora needs the torch or "
+                         "vllm engine for every role of that model (a server reloads full "
+                         "weights only)")
     if engine == "vllm":
         import importlib.util
 
@@ -117,7 +155,9 @@ def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any
                                     f"{INSTALL_HINT}")
         from mgrpo.models import load_tokenizer
 
-        return None, load_tokenizer(path), VLLMEngine(path)
+        lora_kwargs = ({} if lora is None else
+                       {"enable_lora": True, "max_lora_rank": lora_rank_cap(lora.r)})
+        return None, load_tokenizer(path), VLLMEngine(path, **lora_kwargs)
     if engine.startswith(("http://", "https://")):
         from mgrpo.engines.remote import RemoteEngine
         from mgrpo.models import load_tokenizer
@@ -135,6 +175,11 @@ def load_engine(path: str, device: str, engine: str = "torch") -> tuple[Any, Any
     from mgrpo.models import load_model
 
     model, tokenizer = load_model(path, device=device)
+    if lora is not None:
+        from mgrpo.models.lora import apply_lora, reset_adapter
+
+        model = apply_lora(model, lora)
+        reset_adapter(model)  # the same initial adapter in every process
     model.eval()
     return model, tokenizer, TorchEngine(model, tokenizer, device=device)
 

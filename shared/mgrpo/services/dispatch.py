@@ -43,7 +43,9 @@ class BusDispatch:
         self._lock = threading.Lock()
         self._waiting: dict[str, SubAgentResult | None] = {}
         self._arrived = threading.Condition(self._lock)
-        bus.consume(reply_queue, self._on_reply, consumer=reply_queue)
+        # no store claims per reply (two round trips each, on the delegation's critical
+        # path): _on_reply is idempotent (a duplicate sets the same result or is dropped)
+        bus.consume(reply_queue, self._on_reply, consumer=reply_queue, dedupe=False)
 
     def _on_reply(self, message) -> None:
         if not isinstance(message, SubAgentResult):
@@ -58,8 +60,13 @@ class BusDispatch:
     def __call__(self, calls: list[SubagentCall]) -> list[SubagentOutcome]:
         sent: list[tuple[int, str]] = []
         outcomes: list[SubagentOutcome | None] = [None] * len(calls)
+        queues = {role: self.queue_of(role) for role in dict.fromkeys(c.role for c in calls)}
+        # one send per role: its worker may start once it holds every call of the turn
+        turn = uuid.uuid4().hex[:12]
+        sizes = {role: sum(c.role == role for c in calls) for role in queues}
+        sends = []  # the whole turn in one publish_many: one wait for the broker's confirms
         for i, call in enumerate(calls):
-            queue = self.queue_of(call.role)
+            queue = queues[call.role]
             if queue is None:
                 outcomes[i] = _failed(call, "unknown agent")
                 continue
@@ -70,12 +77,14 @@ class BusDispatch:
                 call_id=call_id, round_id=round_id if in_round else None,
                 query_id=query_id if in_round else None, rollout=rollout, attempt=call.attempt,
                 agent=call.role, invocation=call.invocation, subtask=call.task,
-                reply_to=self.reply_queue, weights_version=self.weights_version)
+                reply_to=self.reply_queue, weights_version=self.weights_version,
+                group=f"{self.reply_queue}/{turn}/{call.role}", group_size=sizes[call.role])
             key = f"{call_id}/{call.attempt}"
             with self._lock:
                 self._waiting[key] = None
-            self.bus.publish(queue, message)
+            sends.append((queue, message))
             sent.append((i, key))
+        self._send(sends, [key for _, key in sent])
         for i, key in sent:
             reply = self._wait(key)
             outcomes[i] = (_failed(calls[i], f"no reply within {self.timeout_s:.0f} s")
@@ -83,6 +92,25 @@ class BusDispatch:
                            SubagentOutcome(result=reply.result, trajectory=None,
                                            trace=list(reply.trace)))
         return outcomes  # type: ignore[return-value]
+
+    def request(self, sends: list[tuple[str, SubAgentCall]]) -> list[SubAgentResult | None]:
+        """Publish each (queue, call) and wait for the replies (None: none within
+        ``timeout_s``); for calls the runner does not make (AT-GRPO trees)."""
+        keys = [f"{message.call_id}/{message.attempt}" for _, message in sends]
+        with self._lock:
+            self._waiting.update(dict.fromkeys(keys))
+        self._send(list(sends), keys)
+        return [self._wait(key) for key in keys]
+
+    def _send(self, sends: list, keys: list[str]) -> None:
+        """Publish the calls (one confirm wait); if that raises, stop waiting for them."""
+        try:
+            self.bus.publish_many(sends)
+        except BaseException:
+            with self._lock:
+                for key in keys:
+                    self._waiting.pop(key, None)
+            raise
 
     def _wait(self, key: str) -> SubAgentResult | None:
         with self._arrived:

@@ -14,8 +14,9 @@ under its manifest. Before the version exists the file may be replaced (a retry 
 by an atomic rename. Temp files of killed writers (``*.optimizer.pt.tmp-*``) are removed by
 :func:`mgrpo.models.checkpoint.clean_leftovers`.
 
-What this module does NOT do: save weights (``mgrpo.models.checkpoint``), garbage-collect old
-files, or guess: a manifest that names an optimizer file which is missing or corrupted raises
+What this module does NOT do: save weights (``mgrpo.models.checkpoint``), the sharded state of
+a trainer of several ranks (a DCP folder: ``mgrpo.services.rank_checkpoint``), garbage-collect
+old files, or guess: a manifest that names an optimizer file which is missing or corrupted raises
 :class:`OptimizerStateError` instead of silently restarting Adam.
 """
 

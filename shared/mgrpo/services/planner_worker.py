@@ -3,19 +3,27 @@ ONE batched run of the library's :class:`~mgrpo.training.episodes.EpisodeRunner`
 delegations over the bus, then for each episode: scores it, hands its trajectory to the
 planner model's trainer, writes the outcome, completes the rollout, and records d_k.
 
-Order per episode (why): trajectory -> outcome -> d_k -> ``complete_rollout``. The rollout
-is completed only when everything a trainer needs of this attempt is written or on its way,
-d_k included. Outcomes, trajectories and d_k rows are all keyed by attempt, so a zombie
-attempt's rows are harmless: trainers only read the completing attempt's. A worker killed
-anywhere before ``complete_rollout`` gets the task redelivered and plays a NEW attempt
-(``begin_attempt``) that writes its own rows; one killed after it has nothing left to write.
+Once a batch completes a round's last rollouts, the trainer of each model the round scores gets a
+``RoundCommand`` (``train``) on its queue: its cue to check readiness (trainers do not poll).
+
+Order per batch (why): trajectories published (one ``publish_many``: one wait for the
+broker's confirms; one it did not confirm raises, the batch is requeued and played again as
+new attempts) -> outcomes, d_k and ``complete_rollout`` in
+ONE store transaction (``store.finish_episodes``). The rollout is completed only when
+everything a trainer needs of this attempt is written or on its way, d_k included. The
+batch's attempts and questions are read in one transaction each, its rounds once.
+Outcomes, trajectories and d_k rows are all keyed by attempt, so a zombie attempt's rows are
+harmless: trainers only read the completing attempt's. A worker killed anywhere before that
+transaction commits gets the tasks redelivered and plays NEW attempts (``begin_attempts``)
+that write their own rows; one killed after it has nothing left to write.
 
 Algorithms: each round's episodes run with the config stored with the round. ``mgrpo``
-(main-only too: frozen models are simply not in ``trained_models``) delegates over the bus;
+(main-only too: frozen models are in ``scored_models``, not ``trained_models``) delegates
+over the bus; every scored model's trajectories go to its trainer, which scores them;
 ``grpo`` runs the single agent with the tools in this process (no sub-agent deployment is
 needed, d_k is 0). A round that trains nothing (a curriculum filter) records no d_k and ends
-``done`` when its rollouts are complete. ``at_grpo`` never gets here (``start_round``
-refuses it).
+``done`` when its rollouts are complete. ``at_grpo``: each task is a query's whole tree
+(K candidates per turn; ``mgrpo.services.tree_calls``).
 
 Runs: a batch may hold rounds of several runs; each run's episodes are played as their own
 batch, with THAT run's newest weights (``refresh_weights``), never another run's. REST
@@ -31,6 +39,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -45,9 +54,11 @@ from mgrpo.services.context import (
     agent_engine,
     load_engine,
     refresh_weights,
-    trained_models,
+    run_config_of,
+    scored_models,
 )
 from mgrpo.services.dispatch import BusDispatch
+from mgrpo.services.tree_calls import is_tree_round, play_trees
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, Episode, EpisodeJob, EpisodeRunner, mix_seed
@@ -90,6 +101,8 @@ class PlannerRuntime:
     queues: Queues
     runtime: AgentRuntime
     dispatch: BusDispatch
+    # one play at a time on this engine; in the REST API only its model thread plays
+    # (mgrpo.services.api.query_batcher: queries and evaluations share its batches)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _tools: dict = field(default_factory=dict)
 
@@ -98,7 +111,8 @@ class PlannerRuntime:
               reply_suffix: str = "") -> PlannerRuntime:
         model_name = cfg.agents["planner"]
         _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
-                                           agent_engine(cfg, "planner", settings))
+                                           agent_engine(cfg, "planner", settings),
+                                           lora=cfg.models[model_name].lora)
         refresh_weights(store, engine, model_name, cfg.name, cfg.model_dump(mode="json"))
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer)
@@ -157,8 +171,7 @@ def round_config(config: dict, default: RunConfig) -> RunConfig:
     ``default`` for a round stored without one."""
     if "models" not in config:
         return default
-    return RunConfig.model_validate({k: v for k, v in config.items()
-                                     if k != "trained_models"})
+    return run_config_of(config)
 
 
 def registered_queue(store, role: str) -> str | None:
@@ -170,32 +183,43 @@ def registered_queue(store, role: str) -> str | None:
 class PlannerWorker:
     """Consumes ``planner.episodes`` in batches; see the module docstring."""
 
-    def __init__(self, planner: PlannerRuntime, batch_size: int = 16) -> None:
+    def __init__(self, planner: PlannerRuntime, batch_size: int = 64) -> None:
         self.p, self.batch_size = planner, batch_size
         self.verifier = ExactMatchVerifier()
         self.episodes_done = 0
+        self.finish_s = {"publish": 0.0, "store": 0.0}  # of the last batch (its log line)
 
     def start(self) -> None:
         consume_batches(self.p.bus, self.p.queues.episodes, self.handle_batch,
                         consumer="planner-worker", batch_size=self.batch_size)
 
     def handle_batch(self, messages: list) -> None:
-        store = self.p.store
-        jobs: list[EpisodeJob] = []
-        configs: dict[str, RunConfig] = {}  # round id -> the config its episodes run with
-        runs: dict[str, tuple[str, dict]] = {}  # round id -> (its run, its stored config)
+        store, began = self.p.store, time.perf_counter()
+        tasks: list[EpisodeTask] = []
         for task in messages:
             if isinstance(task, RoundCommand):
                 continue  # round commands are for trainers; nothing to do here
             if not isinstance(task, EpisodeTask):
                 raise TypeError(f"planner.episodes takes episode_task messages, got {task.kind!r}")
-            record = store.get_round(task.round_id)
-            if record is None or record.status in ("cancelled", "failed", "done"):
-                continue
-            attempt = store.begin_attempt(task.round_id, task.query_id, task.rollout)
+            tasks.append(task)
+        records = {rid: store.get_round(rid) for rid in dict.fromkeys(t.round_id for t in tasks)}
+        configs: dict[str, RunConfig] = {  # round id -> the config its episodes run with
+            rid: round_config(record.config, self.p.cfg) for rid, record in records.items()
+            if record is not None and record.status not in ("cancelled", "failed", "done")}
+        tasks = [t for t in tasks if t.round_id in configs]
+        trees: dict[str, list[str]] = {}  # AT-GRPO round id -> query ids (a task = a tree)
+        for task in tasks:
+            if is_tree_round(configs[task.round_id], records[task.round_id].index):
+                trees.setdefault(task.round_id, []).append(task.query_id)
+        tasks = [t for t in tasks if t.round_id not in trees]
+        # one transaction for the batch's attempts, one query for its questions
+        attempts = store.begin_attempts([(t.round_id, t.query_id, t.rollout) for t in tasks])
+        queries = store.get_queries(t.query_id for t in tasks)
+        jobs: list[EpisodeJob] = []
+        for task, attempt in zip(tasks, attempts, strict=True):
             if attempt is None:  # completed by an earlier delivery
                 continue
-            query = store.get_query(task.query_id)
+            record, query = records[task.round_id], queries.get(task.query_id)
             if query is None:
                 raise KeyError(f"query {task.query_id!r} of round {task.round_id!r} is not in "
                                "the store; start rounds with start_round")
@@ -204,48 +228,81 @@ class PlannerWorker:
             seed = mix_seed(record.config.get("seed", 0), task.round_id, query.query_id,
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
-            configs.setdefault(task.round_id, round_config(record.config, self.p.cfg))
-            runs.setdefault(task.round_id, (record.run_id, record.config))
+        for round_id, query_ids in trees.items():
+            self.episodes_done += play_trees(self.p, self.verifier, records[round_id],
+                                             configs[round_id], query_ids)
+            self._end_rollouts(round_id)
         if not jobs:
             return
         groups: dict[tuple[str, str], list[EpisodeJob]] = {}
         for job in jobs:  # one batched run per (run, algorithm): a batch rarely mixes rounds
-            key = (runs[job.round_id][0], configs[job.round_id].algorithm)
+            key = (records[job.round_id].run_id, configs[job.round_id].algorithm)
             groups.setdefault(key, []).append(job)
         for (run_id, _), group in groups.items():
-            first = group[0].round_id
-            for episode in self.p.play(group, greedy=False, cfg=configs[first], run_id=run_id,
-                                       round_config=runs[first][1]):
-                self._finish(episode)
-        for round_id in configs:
-            if store.round_progress(round_id).done:
-                record = store.get_round(round_id)
-                if record is not None and record.status == "running":
-                    # a round that trains nothing (a difficulty filter) ends here
-                    store.set_round_status(round_id, "training" if trained_models(
-                        record.config) else "done")
+            first, started = group[0].round_id, time.perf_counter()
+            episodes = self.p.play(group, greedy=False, cfg=configs[first], run_id=run_id,
+                                   round_config=records[first].config)
+            played = time.perf_counter()
+            self.finish_s = {"publish": 0.0, "store": 0.0}
+            for round_id in dict.fromkeys(e.job.round_id for e in episodes):
+                self._finish(records[round_id], configs[round_id],
+                             [e for e in episodes if e.job.round_id == round_id])
+            log.info("planner worker: %d episodes prepared in %.3f s, played in %.3f s, "
+                     "finished in %.3f s (publish %.3f, store %.3f)", len(group),
+                     started - began, played - started, time.perf_counter() - played,
+                     self.finish_s["publish"], self.finish_s["store"])
+        for round_id in dict.fromkeys(job.round_id for job in jobs):
+            self._end_rollouts(round_id)
 
-    def _finish(self, episode: Episode) -> None:
-        store, job = self.p.store, episode.job
-        record = store.get_round(job.round_id)
-        cfg = round_config(record.config, self.p.cfg)
-        correct, reward = score_episode(episode.answer, episode.format_ok, job.question.answer,
-                                        self.verifier, cfg.rewards.planner)
+    def _finish(self, record, cfg: RunConfig, episodes: list[Episode]) -> None:
+        """Score a round's played episodes, hand the planner trajectories to its trainer,
+        then record outcomes, d_k and the completed rollouts in ONE store transaction."""
+        store, scored = self.p.store, scored_models(record.config)
         planner_model = self.p.runtime.model
-        if planner_model in trained_models(record.config):
-            self.p.bus.publish(self.p.queues.trainer(planner_model),
-                               TrajectoryMessage(trajectory=episode.planner))
-        store.write_planner_outcomes(job.round_id, [PlannerOutcomeIn(
-            query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
-            format_ok=episode.format_ok, correct=correct, reward=reward)])
-        trained = trained_models(record.config)
-        for role in [r for r in record.config.get("agents", {}) if r != "planner" and trained]:
-            store.record_d_counts(role, job.round_id, [DCount(
+        outcomes: list[PlannerOutcomeIn] = []
+        d_counts: dict[str, list[DCount]] = {}
+        roles = [r for r in record.config.get("agents", {}) if r != "planner" and scored]
+        started = time.perf_counter()
+        if planner_model in scored:  # one confirm wait for the round's trajectories
+            self.p.bus.publish_many([(self.p.queues.trainer(planner_model),
+                                      TrajectoryMessage(trajectory=e.planner))
+                                     for e in episodes])
+        published = time.perf_counter()
+        for episode in episodes:
+            job = episode.job
+            correct, reward = score_episode(episode.answer, episode.format_ok,
+                                            job.question.answer, self.verifier,
+                                            cfg.rewards.planner)
+            outcomes.append(PlannerOutcomeIn(
                 query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
-                d=answered_calls(episode.trace, role))])
-        if not store.complete_rollout(job.round_id, job.question.id, job.rollout, job.attempt):
-            return  # another attempt won; this one's rows are never read
-        self.episodes_done += 1
+                format_ok=episode.format_ok, correct=correct, reward=reward))
+            for role in roles:
+                d_counts.setdefault(role, []).append(DCount(
+                    query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
+                    d=answered_calls(episode.trace, role)))
+        stored = time.perf_counter()
+        won = store.finish_episodes(record.round_id, outcomes, d_counts)
+        self.episodes_done += sum(won)  # a lost one: another attempt won, its rows are unread
+        self.finish_s["publish"] += published - started
+        self.finish_s["store"] += time.perf_counter() - stored
+
+    def _end_rollouts(self, round_id: str) -> None:
+        """A round whose rollouts are all complete goes to ``training`` (one that trains
+        nothing, a difficulty filter, ends here) and its trainers get their cue."""
+        store = self.p.store
+        if not store.round_progress(round_id).done:
+            return
+        record = store.get_round(round_id)
+        if record is None or record.status not in ("running", "training"):
+            return
+        scored = scored_models(record.config)
+        if record.status == "running":
+            store.set_round_status(round_id, "training" if scored else "done")
+        # the trainers' cue: check readiness now (they do not poll)
+        self.p.bus.publish_many([(self.p.queues.trainer(model), RoundCommand(
+            command="train", run_id=record.run_id, round_id=round_id, model=model,
+            idempotency_key=f"round_command:{round_id}/rollouts-done/{model}"))
+            for model in scored])
 
 
 def new_reply_suffix() -> str:

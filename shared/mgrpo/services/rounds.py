@@ -3,11 +3,13 @@
 :func:`start_round` picks B questions (a pure function of (seed, round index), as in
 embedded mode), writes the queries, the round and its B*K pending rollouts in the store,
 then enqueues one ``EpisodeTask`` per rollout on ``planner.episodes`` and wakes each trained
-model's trainer with a ``RoundCommand``. The round's config (the run config plus
-``trained_models``) is stored with it, so every worker and trainer reads the SAME settings
-for that round. The round ends when every trained model has published its group statistics
-(the trainers set ``done``); a round that trains no model (a curriculum stage's difficulty
-filter) ends when its rollouts are complete (the planner worker sets ``done``).
+model's trainer with a ``RoundCommand``, all in one ``publish_many`` (one wait for the
+broker's confirms; a batch it did not confirm raises rather than being lost silently). The
+round's config (the run config plus ``trained_models``) is stored with it, so every worker
+and trainer reads the SAME settings for that round. The round ends when every trained model
+has published its group statistics (the trainers set ``done``); a round that trains no model
+(a curriculum stage's difficulty filter) ends when its rollouts are complete (the planner
+worker sets ``done``).
 
 What this module does NOT do: play episodes or train (workers and trainers do).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
 from mgrpo.services.context import Queues
+from mgrpo.services.tree_calls import is_tree_round
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
@@ -31,9 +34,8 @@ class RoundRefused(ValueError):
     (an ``init_from`` that cannot apply); the API answers 422."""
 
 
-# AT-GRPO branches K candidates from every turn's state; the services have no message for
-# "sample K continuations of this sub-agent state", so its trees cannot cross the bus yet.
-DISTRIBUTED_ALGORITHMS = ("mgrpo", "grpo")
+# at_grpo: one task per query tree, sub-agent subtrees as tree calls (services.tree_calls)
+DISTRIBUTED_ALGORITHMS = ("mgrpo", "grpo", "at_grpo")
 
 
 def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
@@ -70,8 +72,15 @@ def check_distributed(cfg: RunConfig) -> None:
     if cfg.algorithm not in DISTRIBUTED_ALGORITHMS:
         raise RoundRefused(
             f"algorithm {cfg.algorithm!r} cannot run distributed (the services run "
-            f"{', '.join(DISTRIBUTED_ALGORITHMS)}): AT-GRPO's tree sampling is embedded-only; "
-            f"train it with `mgrpo train` or set `algorithm: mgrpo`")
+            f"{', '.join(DISTRIBUTED_ALGORITHMS)}); train it with `mgrpo train`")
+
+
+def played_stages(cfg: RunConfig) -> list[tuple[int, int | None]]:
+    """(1-based stage number, benchmark stage) of every curriculum stage a run can play: each
+    with rounds > 0, and the last (distributed runs go on in it past the schedule). Each
+    must hold B training questions (the API checks them all before the first round)."""
+    last = len(cfg.stages) - 1
+    return [(i + 1, s.stage) for i, s in enumerate(cfg.stages) if s.rounds > 0 or i == last]
 
 
 def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | None = None,
@@ -85,7 +94,8 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     it kept (``hard_questions``), as embedded mode does at the start of a stage.
 
     Returns the :class:`~mgrpo.store.records.RoundRecord`. Raises :class:`RoundConflict` if
-    a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2), and
+    a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2), unless
+    the asynchronous mode admits the new round (:func:`admit`), and
     :class:`RoundRefused` for a config the services cannot run or an ``init_from`` that
     cannot apply (:func:`check_init_from`). The run's workers and trainers use ITS newest
     checkpoints only (versions are per run).
@@ -95,11 +105,10 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     check_init_from(store, cfg, run_id)
     store.create_run(run_id, run_id, cfg.model_dump(mode="json"))
     existing = store.list_rounds(run_id)
-    busy = [r.round_id for r in existing if r.status not in TERMINAL_ROUND_STATUSES]
-    if busy:
-        raise RoundConflict(f"round {busy[0]} of run {run_id!r} is still in progress; wait "
-                            f"for it (GET /v1/rounds/{busy[0]}) or cancel it")
+    busy = [r for r in existing if r.status not in TERMINAL_ROUND_STATUSES]
     index = sum(r.index >= 0 for r in existing) if index is None else index
+    if busy:
+        admit(store, cfg, run_id, index, busy)
     trained = cfg.trained_models()
     if questions is None:
         if bench is None:
@@ -111,14 +120,50 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
         questions = bench.questions("train", stage=stage.stage if stage else None)
         if stage is not None and stage.max_success < 1.0:
             filtered = _filter_result(store, run_id, stage_index, stage)
+            if filtered is None and busy:  # a stage's filter waits for the rounds before it
+                raise _busy(run_id, busy)
             if filtered is None:
                 return _enqueue(store, bus, cfg, queues, run_id,
                                 filter_round_id(run_id, stage_index), -1 - stage_index,
-                                questions, stage.filter_samples, trained=[])
+                                questions, stage.filter_samples, trained=[], scored=[])
             questions = hard_questions(questions, filtered, stage.max_success)
         questions = sample_questions(questions, cfg.queries_per_round, cfg.seed, index)
     return _enqueue(store, bus, cfg, queues, run_id, round_id_of(run_id, index), index,
-                    questions, cfg.k, trained=trained)
+                    questions, cfg.k, trained=trained, scored=list(dict.fromkeys(
+                        cfg.agents.values())))
+
+
+def _busy(run_id: str, busy: list) -> RoundConflict:
+    rid = busy[0].round_id
+    return RoundConflict(f"round {rid} of run {run_id!r} is still in progress; wait for it "
+                         f"(GET /v1/rounds/{rid}) or cancel it")
+
+
+def admit(store, cfg: RunConfig, run_id: str, index: int, busy: list) -> None:
+    """May training round ``index`` start while the rounds ``busy`` are unfinished? Only in
+    the asynchronous mode (``max_staleness`` > 0), behind every unfinished round, and once
+    every trained model's newest checkpoint of the run is recent enough that the round's
+    samples stay within the bound (:class:`mgrpo.algo.staleness.Admission`: round r is
+    trained at version r, so it needs version r - N; workers refresh to the newest
+    checkpoint before every batch). Raises :class:`RoundConflict` otherwise."""
+    from mgrpo.algo.staleness import Admission
+
+    bounds = {m: cfg.staleness(m) for m in cfg.trained_models()}
+    if not any(bounds.values()) or index < 0 or any(r.index < 0 or r.index >= index
+                                                    for r in busy):
+        raise _busy(run_id, busy)
+    admission = Admission(bounds)
+    published = {}
+    for model in bounds:
+        record = store.latest_checkpoint(model, run_id=run_id)
+        published[model] = record.version if record is not None else 0
+    if not admission.admitted(index, published):
+        missing = {m: admission.min_version(m, index) for m in bounds
+                   if published[m] < admission.min_version(m, index)}
+        raise RoundConflict(
+            f"round {index} of run {run_id!r} may start once versions {missing} are "
+            f"published (max_staleness {bounds}; newest {published}); "
+            f"{len(busy)} round(s) still in progress, e.g. {busy[0].round_id}")
 
 
 def _filter_result(store, run_id: str, stage_index: int, stage) -> list | None:
@@ -135,20 +180,25 @@ def _filter_result(store, run_id: str, stage_index: int, stage) -> list | None:
 
 
 def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: str,
-             index: int, questions: list, k: int, trained: list[str]):
-    store.upsert_queries([QueryRecord(query_id=q.id, question=q.question, answer=q.answer,
-                                      meta={"kind": q.kind, "stage": q.stage})
-                          for q in questions])
-    config = {**cfg.model_dump(mode="json"), "trained_models": trained}
-    store.create_round(run_id, round_id, index, [q.id for q in questions], k, config)
-    store.set_round_status(round_id, "running")
-    for q in questions:
-        for rollout in range(k):
-            bus.publish(queues.episodes, EpisodeTask(run_id=run_id, round_id=round_id,
-                                                     query_id=q.id, rollout=rollout))
-    for model in trained:
-        bus.publish(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
-                                                        round_id=round_id, model=model))
+             index: int, questions: list, k: int, trained: list[str], scored: list[str]):
+    config = {**cfg.model_dump(mode="json"), "trained_models": trained,
+              "scored_models": scored}
+    # the queries, the round (already 'running') and its rollouts: one transaction
+    if not store.create_round(run_id, round_id, index, [q.id for q in questions], k, config,
+                              queries=[QueryRecord(query_id=q.id, question=q.question,
+                                                   answer=q.answer,
+                                                   meta={"kind": q.kind, "stage": q.stage})
+                                       for q in questions], running=True):
+        store.set_round_status(round_id, "running")  # it existed (an explicit index)
+    # an AT-GRPO round: one task per query, its tree (whose K candidate slots are the rollouts)
+    tasks = 1 if is_tree_round(cfg, index) else k
+    # one send (a planner worker may start once it holds them all), one confirm wait
+    bus.publish_many([(queues.episodes, EpisodeTask(
+        run_id=run_id, round_id=round_id, query_id=q.id, rollout=rollout, group=round_id,
+        group_size=len(questions) * tasks)) for q in questions for rollout in range(tasks)]
+        + [(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
+                                                round_id=round_id, model=model))
+           for model in scored])
     return store.get_round(round_id)
 
 
@@ -178,6 +228,7 @@ def round_summary(store, round_id: str) -> dict | None:
         "rollouts": {"total": progress.total, "completed": progress.completed},
         "trained_models": trained,
         "published_models": sorted(store.published_models(round_id)),
-        "trajectories": {m: store.count_round_trajectories(round_id, m) for m in trained},
+        "trajectories": {m: store.count_round_trajectories(round_id, m)
+                         for m in record.config.get("scored_models", trained)},
         "metrics": store.metrics(record.run_id, round_id).get(round_id, {}),
     }

@@ -13,6 +13,9 @@ Runs: a call inside a round is played with the newest weights of THAT round's ru
 (``refresh_weights``; a batch holding calls of several runs is played run by run); a call
 outside a round (REST) with the weights of the deployment's run (the run config's ``name``).
 
+AT-GRPO rounds: a call with ``tree`` is played as a tree (K candidates per turn, every one
+sent to the trainer, ``mgrpo.services.tree_calls``).
+
 What this module does NOT do: score (the trainer computes sub-agent rewards from the planner
 outcomes in the store) or load weights mid-batch.
 """
@@ -21,11 +24,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
-from mgrpo.services.context import Queues, agent_engine, build_tool, load_engine, refresh_weights
+from mgrpo.services.context import (
+    Queues,
+    agent_engine,
+    build_tool,
+    load_engine,
+    refresh_weights,
+    scored_models,
+)
+from mgrpo.services.tree_calls import play_tree_calls
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
 from mgrpo.training.subagents import run_subagent_calls
@@ -39,13 +51,15 @@ class SubagentWorker:
 
     def __init__(self, settings: Settings, cfg: RunConfig, store, bus, name: str, tool: str,
                  model_path: str | None = None, description: str = "",
-                 batch_size: int = 16, heartbeat_s: float = 10.0) -> None:
+                 batch_size: int = 64, heartbeat_s: float = 10.0) -> None:
         self.settings, self.cfg, self.store, self.bus = settings, cfg, store, bus
         self.name, self.tool_name = name, tool
         self.model = cfg.agents.get(name, name)
         path = model_path or cfg.models[self.model].path
+        mcfg = cfg.models.get(self.model)
         _, tokenizer, engine = load_engine(path, settings.device,
-                                           agent_engine(cfg, name, settings))
+                                           agent_engine(cfg, name, settings),
+                                           lora=mcfg.lora if mcfg is not None else None)
         refresh_weights(store, engine, self.model, cfg.name, cfg.model_dump(mode="json"))
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
@@ -57,12 +71,18 @@ class SubagentWorker:
         self._stop = threading.Event()
         self._round_configs: dict[str, dict] = {}
         self._round_runs: dict[str, str] = {}
+        self.tree_judges: dict = {}  # AT-GRPO turn-reward judges (services.tree_calls)
 
     def start(self) -> None:
         self.store.register_agent(self.name, self.model, self.queues.subagent(self.name),
                                   tool=self.tool_name, description=self.description)
+        # No store claims (a duplicate check and a claim: two round trips, one a commit, on
+        # every delegation turn's critical path): a redelivered call is played again with
+        # the same seed, and what it sends is idempotent downstream (the trainer ingests a
+        # traj_id once, ON CONFLICT DO NOTHING; the dispatcher drops a second reply).
         consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
-                        consumer=f"subagent-{self.name}", batch_size=self.batch_size)
+                        consumer=f"subagent-{self.name}", batch_size=self.batch_size,
+                        claims=False)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
 
     def stop(self) -> None:
@@ -87,8 +107,11 @@ class SubagentWorker:
         by_run: dict[str, list[SubAgentCall]] = {}
         for call in calls:
             by_run.setdefault(self._run_of(call), []).append(call)
+        started = time.perf_counter()
         for run_id, run_calls in by_run.items():
             self._play(run_id, run_calls)
+        log.info("sub-agent %s: %d calls in %.3f s", self.name, len(calls),
+                 time.perf_counter() - started)
 
     def _run_of(self, call: SubAgentCall) -> str:
         if call.round_id is None:
@@ -100,6 +123,13 @@ class SubagentWorker:
         round_config = (self._round_config(calls[0].round_id) if calls[0].round_id is not None
                         else self.cfg.model_dump(mode="json"))
         refresh_weights(self.store, self.runtime.engine, self.model, run_id, round_config)
+        trees = [c for c in calls if c.tree is not None and c.round_id is not None]
+        for round_id in dict.fromkeys(c.round_id for c in trees):  # AT-GRPO: K per turn
+            play_tree_calls(self, [c for c in trees if c.round_id == round_id],
+                            self._round_config(round_id))
+        calls = [c for c in calls if c.tree is None or c.round_id is None]
+        if not calls:
+            return
         library_calls = [SubagentCall(
             key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
             task=c.subtask, invocation=c.invocation, seed=self._call_seed(c),
@@ -111,18 +141,22 @@ class SubagentWorker:
                                       self._sampling(round_id))
             for i, outcome in zip(picked, done, strict=True):
                 outcomes[i] = outcome
+        # one publish_many (one confirm wait): every trajectory, then the replies, so a
+        # trajectory is always on its way before the reply that lets a planner go on
+        trajectories, replies = [], []
         for call, outcome in zip(calls, outcomes, strict=True):
-            if call.round_id is not None and outcome.trajectory is not None \
-                    and self._round_trains_me(call.round_id):
-                self.bus.publish(self.queues.trainer(self.model),
-                                 TrajectoryMessage(trajectory=outcome.trajectory))
             trajectory = outcome.trajectory
-            self.bus.publish(call.reply_to, SubAgentResult(
+            if call.round_id is not None and trajectory is not None \
+                    and self._round_scores_me(call.round_id):
+                trajectories.append((self.queues.trainer(self.model),
+                                     TrajectoryMessage(trajectory=trajectory)))
+            replies.append((call.reply_to, SubAgentResult(
                 call_id=call.call_id, attempt=call.attempt, agent=self.name,
                 result=outcome.result,
                 format_ok=bool(trajectory is not None and trajectory.format_ok),
-                trace=outcome.trace))
-            self.calls_done += 1
+                trace=outcome.trace)))
+        self.bus.publish_many(trajectories + replies)
+        self.calls_done += len(calls)
 
     def _round_config(self, round_id: str) -> dict:
         if round_id not in self._round_configs:
@@ -141,8 +175,8 @@ class SubagentWorker:
             return SamplingConfig.model_validate(config["sampling"])
         return self.cfg.sampling
 
-    def _round_trains_me(self, round_id: str) -> bool:
-        return self.model in self._round_config(round_id).get("trained_models", [])
+    def _round_scores_me(self, round_id: str) -> bool:
+        return self.model in scored_models(self._round_config(round_id))
 
     def _call_seed(self, call: SubAgentCall) -> int:
         """The sampling seed of a delegation: inside a round, the seed embedded mode gives

@@ -5,6 +5,7 @@ from mgrpo.store.records import (
     AgentRecord,
     CheckpointRecord,
     DCount,
+    EvaluationJobRecord,
     GroupStatIn,
     GroupStatRecord,
     LeaseRecord,
@@ -19,7 +20,8 @@ from mgrpo.store.records import (
 from mgrpo.store.store import Store
 
 __all__ = [
-    "AgentRecord", "CheckpointRecord", "DCount", "GroupStatIn", "GroupStatRecord", "LeaseRecord",
+    "AgentRecord", "CheckpointRecord", "DCount", "EvaluationJobRecord", "GroupStatIn",
+    "GroupStatRecord", "LeaseRecord",
     "PlannerOutcomeIn", "PlannerOutcomeRecord", "QueryRecord", "RolloutRecord",
     "RoundProgress", "RoundRecord", "RunRecord", "Store",
 ]

@@ -228,3 +228,22 @@ class Lease(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class EvaluationJob(Base):
+    """A background evaluation of the planner API (``mgrpo.store.evaluations``): written when
+    it starts, as it plays (``played``) and when it ends, so any replica answers for it and a
+    restart does not forget it. ``owner`` is the API process that runs it."""
+
+    __tablename__ = "evaluation_jobs"
+    evaluation_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), index=True)  # running|done|failed|interrupted
+    owner: Mapped[str] = mapped_column(String(200))
+    request: Mapped[dict] = mapped_column(JSON)
+    n_questions: Mapped[int] = mapped_column(Integer)
+    played: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -149,3 +149,20 @@ class LeaseRecord(_Record):
     acquired_at: datetime
     renewed_at: datetime
     expires_at: datetime
+
+
+EvaluationStatus = Literal["running", "done", "failed", "interrupted"]
+
+
+class EvaluationJobRecord(_Record):
+    evaluation_id: str
+    status: EvaluationStatus
+    owner: str
+    request: dict
+    n_questions: int
+    played: int
+    result: dict | None = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None

@@ -6,7 +6,7 @@ What this module does NOT do: write checkpoint files (``mgrpo.models``) or serve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from sqlalchemy import select, update
@@ -116,15 +116,38 @@ class RegistryMixin(StoreBase):
         with self._tx() as session:
             return session.get(ProcessedMessage, key) is not None
 
-    def record_metrics(self, run_id: str, round_id: str, metrics: Mapping[str, float]) -> None:
-        """Upsert metrics of one round (keys ``"{agent}/{quantity}"``, docs/metrics.md)."""
+    def messages_seen(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are recorded as processed: one query for a batch."""
+        if not keys:
+            return set()
+        stmt = select(ProcessedMessage.key).where(ProcessedMessage.key.in_(list(set(keys))))
         with self._tx() as session:
-            for key, value in metrics.items():
-                stmt = self._insert(Metric).values(run_id=run_id, round_id=round_id, key=key,
-                                                   value=float(value), created_at=utcnow())
-                session.execute(stmt.on_conflict_do_update(
-                    index_elements=["run_id", "round_id", "key"],
-                    set_={"value": stmt.excluded.value, "created_at": stmt.excluded.created_at}))
+            return set(session.scalars(stmt))
+
+    def claim_messages(self, keys: Sequence[str], consumer: str = "") -> int:
+        """:meth:`claim_message` for a batch, in one statement; returns how many were new."""
+        if not keys:
+            return 0
+        now = utcnow()
+        stmt = self._insert(ProcessedMessage).values(
+            [{"key": key, "consumer": consumer, "processed_at": now}
+             for key in dict.fromkeys(keys)])
+        with self._tx() as session:
+            return self._written(session, stmt.on_conflict_do_nothing(index_elements=["key"]))
+
+    def record_metrics(self, run_id: str, round_id: str, metrics: Mapping[str, float]) -> None:
+        """Upsert metrics of one round (keys ``"{agent}/{quantity}"``, docs/metrics.md), in
+        one multi-row statement."""
+        if not metrics:
+            return
+        now = utcnow()
+        stmt = self._insert(Metric).values([
+            {"run_id": run_id, "round_id": round_id, "key": key, "value": float(value),
+             "created_at": now} for key, value in metrics.items()])
+        with self._tx() as session:
+            session.execute(stmt.on_conflict_do_update(
+                index_elements=["run_id", "round_id", "key"],
+                set_={"value": stmt.excluded.value, "created_at": stmt.excluded.created_at}))
 
     def metrics(self, run_id: str, round_id: str | None = None) -> dict[str, dict[str, float]]:
         """``{round_id: {key: value}}`` of a run, rounds in the order they were recorded."""

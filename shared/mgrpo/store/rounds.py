@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Integer, String, column, func, select, update, values
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import Query, Rollout, Round, Run, utcnow
@@ -47,17 +47,22 @@ class RoundsMixin(StoreBase):
                     for row in session.scalars(select(Run).order_by(Run.created_at))]
 
     def upsert_queries(self, queries: Iterable[QueryRecord]) -> int:
-        """Insert or update queries (question, gold answer, meta); returns how many were given."""
-        count = 0
+        """Insert or update queries (question, gold answer, meta) in one multi-row statement
+        (an id given twice: the last wins); returns how many were given."""
+        queries = list(queries)
+        if not queries:
+            return 0
         with self._tx() as session:
-            for query in queries:
-                stmt = self._insert(Query).values(**query.model_dump())
-                session.execute(stmt.on_conflict_do_update(
-                    index_elements=["query_id"],
-                    set_={"question": stmt.excluded.question, "answer": stmt.excluded.answer,
-                          "meta": stmt.excluded.meta}))
-                count += 1
-        return count
+            session.execute(self._upsert_queries(queries))
+        return len(queries)
+
+    def _upsert_queries(self, queries: Sequence[QueryRecord]):
+        rows = [query.model_dump() for query in queries]
+        stmt = self._insert(Query).values(list({row["query_id"]: row for row in rows}.values()))
+        return stmt.on_conflict_do_update(
+            index_elements=["query_id"],
+            set_={"question": stmt.excluded.question, "answer": stmt.excluded.answer,
+                  "meta": stmt.excluded.meta})
 
     def get_query(self, query_id: str) -> QueryRecord | None:
         with self._tx() as session:
@@ -65,27 +70,37 @@ class RoundsMixin(StoreBase):
             return QueryRecord.model_validate(row) if row else None
 
     def create_round(self, run_id: str, round_id: str, index: int, query_ids: Sequence[str],
-                     k: int, config: dict | None = None) -> bool:
+                     k: int, config: dict | None = None, *,
+                     queries: Sequence[QueryRecord] = (), running: bool = False) -> bool:
         """Write a round and its ``len(query_ids) * k`` pending rollouts in one transaction.
 
         Idempotent: a second call with the same ``round_id`` returns False and changes nothing.
         Unknown query ids get a bare ``queries`` row (fill it with :meth:`upsert_queries`).
+        ``queries``: their full rows, written (as :meth:`upsert_queries` does) in the same
+        transaction; ``running``: the round starts as 'running' (``started_at`` stamped), as
+        :meth:`set_round_status` would. One commit where a round's start used to take three
+        (a commit is a WAL flush, ~6 ms on this machine's PostgreSQL).
         """
         if k < 1:
             raise ValueError(f"k={k}: a round needs at least one rollout per query (k >= 1)")
         if len(set(query_ids)) != len(query_ids):
             raise ValueError(f"query_ids of round {round_id!r} repeat an id: {list(query_ids)}; "
                              "pass each query once and use k for repeated rollouts")
+        now = utcnow()
         with self._tx() as session:
             inserted = self._written(session, self._insert(Round).values(
-                round_id=round_id, run_id=run_id, index=index, k=k, status="pending",
-                config=config or {}, created_at=utcnow(),
+                round_id=round_id, run_id=run_id, index=index, k=k,
+                status="running" if running else "pending", config=config or {},
+                created_at=now, started_at=now if running else None,
             ).on_conflict_do_nothing(index_elements=["round_id"]))
             if inserted != 1:
                 return False
-            for query_id in query_ids:
-                session.execute(self._insert(Query).values(query_id=query_id, meta={})
-                                .on_conflict_do_nothing(index_elements=["query_id"]))
+            if queries:
+                session.execute(self._upsert_queries(queries))
+            if query_ids:
+                session.execute(self._insert(Query).values(
+                    [{"query_id": query_id, "meta": {}} for query_id in query_ids])
+                    .on_conflict_do_nothing(index_elements=["query_id"]))
             session.add_all(Rollout(round_id=round_id, query_id=query_id, rollout=r,
                                     status="pending", attempts=0)
                             for query_id in query_ids for r in range(k))
@@ -96,10 +111,14 @@ class RoundsMixin(StoreBase):
             row = session.get(Round, round_id)
             return RoundRecord.model_validate(row) if row else None
 
-    def list_rounds(self, run_id: str | None = None) -> list[RoundRecord]:
+    def list_rounds(self, run_id: str | None = None,
+                    statuses: Sequence[str] | None = None) -> list[RoundRecord]:
+        """Rounds (of ``run_id``; with one of ``statuses``), oldest first."""
         stmt = select(Round).order_by(Round.created_at, Round.index)
         if run_id is not None:
             stmt = stmt.where(Round.run_id == run_id)
+        if statuses is not None:
+            stmt = stmt.where(Round.status.in_(list(statuses)))
         with self._tx() as session:
             return [RoundRecord.model_validate(row) for row in session.scalars(stmt)]
 
@@ -131,6 +150,45 @@ class RoundsMixin(StoreBase):
         with self._tx() as session:
             attempts = session.execute(stmt).scalar_one_or_none()
         return None if attempts is None else attempts - 1
+
+    def begin_attempts(self, rollouts: Sequence[tuple[str, str, int]]) -> list[int | None]:
+        """:meth:`begin_attempt` of several (round_id, query_id, rollout), in ONE
+        transaction; the attempt numbers in the same order (None: already completed). On
+        PostgreSQL one ``UPDATE ... FROM (VALUES ...)`` whatever the batch size (a rollout
+        named twice: one statement each, in order, as before)."""
+        keys = [tuple(key) for key in rollouts]
+        with self._tx() as session:
+            if self.dialect == "postgresql" and keys and len(set(keys)) == len(keys):
+                todo = values(column("round_id", String), column("query_id", String),
+                              column("rollout", Integer), name="todo").data(keys)
+                begun = {(r, q, k): n - 1 for r, q, k, n in session.execute(
+                    update(Rollout).where(
+                        Rollout.round_id == todo.c.round_id,
+                        Rollout.query_id == todo.c.query_id,
+                        Rollout.rollout == todo.c.rollout, Rollout.status != "completed")
+                    .values(attempts=Rollout.attempts + 1, status="running")
+                    .returning(Rollout.round_id, Rollout.query_id, Rollout.rollout,
+                               Rollout.attempts))}
+                return [begun.get(key) for key in keys]
+            out: list[int | None] = []
+            for round_id, query_id, rollout in keys:
+                attempts = session.execute(
+                    update(Rollout)
+                    .where(Rollout.round_id == round_id, Rollout.query_id == query_id,
+                           Rollout.rollout == rollout, Rollout.status != "completed")
+                    .values(attempts=Rollout.attempts + 1, status="running")
+                    .returning(Rollout.attempts)).scalar_one_or_none()
+                out.append(None if attempts is None else attempts - 1)
+        return out
+
+    def get_queries(self, query_ids: Iterable[str]) -> dict[str, QueryRecord]:
+        """The stored queries among ``query_ids`` (one query), by id."""
+        ids = list(set(query_ids))
+        if not ids:
+            return {}
+        with self._tx() as session:
+            return {row.query_id: QueryRecord.model_validate(row)
+                    for row in session.scalars(select(Query).where(Query.query_id.in_(ids)))}
 
     def complete_rollout(self, round_id: str, query_id: str, rollout: int, attempt: int) -> bool:
         """Mark ``attempt`` as the one that counts; True if it won, False if one already had."""

@@ -14,6 +14,7 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
+from mgrpo.store.evaluations import EvaluationsMixin
 from mgrpo.store.leases import LeaseMixin
 from mgrpo.store.migrate import alembic_config
 from mgrpo.store.registry import RegistryMixin
@@ -24,7 +25,7 @@ from mgrpo.store.training import TrainingMixin
 _MIGRATION_LOCK_ID = 0x6D6772706F  # "mgrpo"
 
 
-class Store(RoundsMixin, TrainingMixin, RegistryMixin, LeaseMixin):
+class Store(RoundsMixin, TrainingMixin, RegistryMixin, EvaluationsMixin, LeaseMixin):
     """Repository over the stats store: ``Store(url)``, then ``store.upgrade()`` once.
 
     Methods (see docs/store.md): runs/rounds/rollouts (``create_run``, ``create_round``,
@@ -34,7 +35,9 @@ class Store(RoundsMixin, TrainingMixin, RegistryMixin, LeaseMixin):
     ``record_d_counts``, ``d_counts``, ``observed_d``), registry (``record_checkpoint``,
     ``latest_checkpoint``, ``register_agent``, ``heartbeat``, ``list_agents``,
     ``claim_message``, ``record_metrics``, ``metrics``), leases (``acquire_lease``,
-    ``release_lease``, ``get_lease``).
+    ``release_lease``, ``get_lease``), evaluation jobs (``create_evaluation``,
+    ``update_evaluation``, ``get_evaluation``, ``list_evaluations``,
+    ``interrupt_orphaned_evaluations``).
     """
 
     def upgrade(self, revision: str = "head") -> None:

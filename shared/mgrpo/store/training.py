@@ -19,7 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import and_, func, select
+from pydantic_core import to_json
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    column,
+    func,
+    literal_column,
+    select,
+    text,
+    update,
+    values,
+)
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import GroupStat, ObservedD, PlannerOutcome, Rollout, TrajectoryRow, utcnow
@@ -39,16 +51,48 @@ _COLUMN_FIELDS = ("traj_id", "attempt", "round_id", "query_id", "rollout", "agen
                   "invocation", "turn", "weights_version", "format_ok")
 
 
-def trajectory_row(traj: Trajectory) -> dict:
-    """Column values of a trajectory (token counts derived, arrays into ``payload``)."""
+_ROW_TYPES = {"traj_id": "text", "attempt": "integer", "round_id": "text", "query_id": "text",
+              "rollout": "integer", "agent": "text", "model": "text", "invocation": "integer",
+              "turn": "integer", "weights_version": "integer", "format_ok": "boolean",
+              "payload": "json", "n_tokens": "integer", "n_response_tokens": "integer"}
+_PG_INGEST = text(
+    f"INSERT INTO trajectories ({', '.join(_ROW_TYPES)}, created_at) "
+    f"SELECT {', '.join(_ROW_TYPES)}, :created_at "
+    f"FROM json_to_recordset(CAST(:rows AS json)) AS r("
+    f"{', '.join(f'{name} {kind}' for name, kind in _ROW_TYPES.items())}) "
+    "ON CONFLICT (traj_id, attempt) DO NOTHING RETURNING 1")
+
+
+def check_trajectory(traj: Trajectory) -> None:
+    """``ValueError`` (with the fix) for a trajectory the store cannot keep."""
     if not len(traj.input_ids) == len(traj.response_mask) == len(traj.old_logprobs):
         raise ValueError(
             f"trajectory {traj.traj_id!r}: input_ids ({len(traj.input_ids)}), response_mask "
             f"({len(traj.response_mask)}) and old_logprobs ({len(traj.old_logprobs)}) must have "
             "one entry per token; fix the episode runner that built it")
-    data = traj.model_dump(mode="json")
+
+
+def _without_nul(value):
+    """``value`` with every NUL character of its strings replaced by U+FFFD: PostgreSQL
+    text (and ``json_to_recordset``) refuses NUL, and a tiny model may generate one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {k: _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+def trajectory_row(traj: Trajectory) -> dict:
+    """Column values of a trajectory (token counts derived, arrays into ``payload``; a NUL
+    in its text fields is stored as U+FFFD, the token ids are kept as they are)."""
+    check_trajectory(traj)
+    data = traj.model_dump()
     row = {name: data[name] for name in _COLUMN_FIELDS}
-    row["payload"] = {name: data[name] for name in PAYLOAD_FIELDS}
+    row["payload"] = {name: data[name] if name in ("input_ids", "response_mask",
+                                                   "old_logprobs") else _without_nul(data[name])
+                      for name in PAYLOAD_FIELDS}
     row["n_tokens"] = len(traj.input_ids)
     row["n_response_tokens"] = int(sum(traj.response_mask))
     return row
@@ -67,15 +111,23 @@ class TrainingMixin(StoreBase):
         return self.ingest_trajectories([traj]) == 1
 
     def ingest_trajectories(self, trajs: Iterable[Trajectory]) -> int:
-        """Store several trajectories in one transaction; returns how many were new."""
+        """Store several trajectories in ONE transaction and one multi-row ``INSERT ... ON
+        CONFLICT DO NOTHING``; returns how many were new (a (traj_id, attempt) already
+        stored, or twice in ``trajs``, adds nothing). On PostgreSQL the rows travel as ONE
+        JSON parameter (``json_to_recordset``): the statement text is constant, so neither
+        SQLAlchemy nor psycopg re-parses a statement of thousands of placeholders."""
+        now = utcnow()
         rows = [trajectory_row(traj) for traj in trajs]
-        inserted = 0
+        if not rows:
+            return 0
         with self._tx() as session:
-            for row in rows:
-                stmt = self._insert(TrajectoryRow).values(created_at=utcnow(), **row)
-                inserted += self._written(session, stmt.on_conflict_do_nothing(
-                    index_elements=["traj_id", "attempt"]))
-        return inserted
+            if self.dialect == "postgresql":
+                return len(session.execute(_PG_INGEST, {"rows": to_json(rows).decode(),
+                                                        "created_at": now}).all())
+            stmt = self._insert(TrajectoryRow).on_conflict_do_nothing(
+                index_elements=["traj_id", "attempt"]).returning(literal_column("1"))
+            return len(session.execute(stmt, [{**row, "created_at": now}
+                                              for row in rows]).all())
 
     def round_trajectories(self, round_id: str, model: str,
                            agent: str | None = None) -> list[Trajectory]:
@@ -142,6 +194,50 @@ class TrainingMixin(StoreBase):
                     index_elements=["round_id", "query_id", "rollout", "attempt"]))
         return inserted
 
+    def finish_episodes(self, round_id: str, outcomes: Sequence[PlannerOutcomeIn],
+                        d_counts: dict[str, Sequence[DCount]]) -> list[bool]:
+        """What the planner worker records after playing a batch of a round's episodes, in
+        ONE transaction: the planner outcomes, the d_k of each sub-agent type (by role, with
+        their attempts), then each outcome's rollout completed by its attempt (compare and
+        set, as :meth:`complete_rollout`). Returns, per outcome, whether its attempt won.
+        A few statements whatever the batch size (multi-row inserts; on PostgreSQL one
+        ``UPDATE ... FROM (VALUES ...)`` completes every rollout)."""
+        now = utcnow()
+        outcome_rows = [{"round_id": round_id, "created_at": now,
+                         **PlannerOutcomeIn.model_validate(row).model_dump()}
+                        for row in outcomes]
+        d_rows = []
+        for agent, counts in d_counts.items():
+            for count in counts:
+                if count.attempt is None:
+                    raise ValueError("finish_episodes takes d_k with their attempt")
+                d_rows.append({"agent": agent, "round_id": round_id, "created_at": now,
+                               **DCount.model_validate(count).model_dump()})
+        keys = [(row.query_id, row.rollout) for row in outcomes]
+        with self._tx() as session:
+            if outcome_rows:
+                session.execute(self._insert(PlannerOutcome).values(outcome_rows)
+                                .on_conflict_do_nothing(index_elements=[
+                                    "round_id", "query_id", "rollout", "attempt"]))
+            if d_rows:
+                session.execute(self._insert(ObservedD).values(d_rows).on_conflict_do_nothing(
+                    index_elements=["agent", "round_id", "query_id", "rollout", "attempt"]))
+            if self.dialect == "postgresql" and len(set(keys)) == len(keys):
+                done = values(column("query_id", String), column("rollout", Integer),
+                              column("attempt", Integer), name="done").data(
+                    [(row.query_id, row.rollout, row.attempt) for row in outcomes])
+                won = set(map(tuple, session.execute(update(Rollout).where(
+                    Rollout.round_id == round_id, Rollout.query_id == done.c.query_id,
+                    Rollout.rollout == done.c.rollout, Rollout.status != "completed").values(
+                    status="completed", completed_attempt=done.c.attempt, completed_at=now)
+                    .returning(Rollout.query_id, Rollout.rollout)).all()))
+                return [key in won for key in keys]
+            return [self._written(session, update(Rollout).where(  # one by one, in order
+                Rollout.round_id == round_id, Rollout.query_id == row.query_id,
+                Rollout.rollout == row.rollout, Rollout.status != "completed").values(
+                status="completed", completed_attempt=row.attempt,
+                completed_at=now)) == 1 for row in outcomes]
+
     def read_planner_outcomes(self, round_id: str) -> list[PlannerOutcomeRecord]:
         """Planner outcomes of the completing attempts: what sub-agent trainers use as
         r_correct_main (SPEC 1.2). Ordered by (query_id, rollout)."""
@@ -153,16 +249,23 @@ class TrainingMixin(StoreBase):
 
     def publish_group_stats(self, round_id: str, model: str, agent: str,
                             rows: Sequence[GroupStatIn], published_by: str) -> int:
-        """Publish a trainer's group statistics; a re-publish (restarted trainer) overwrites."""
+        """Publish a trainer's group statistics (one multi-row statement; a group key given
+        twice: the last row wins); a re-publish (restarted trainer) overwrites."""
+        if not rows:
+            return 0
+        now = utcnow()
+        values = {}
+        for row in rows:
+            stat = GroupStatIn.model_validate(row).model_dump()
+            values[stat["group_key"]] = {"round_id": round_id, "model": model, "agent": agent,
+                                         "published_by": published_by, "created_at": now,
+                                         **stat}
+        stmt = self._insert(GroupStat).values(list(values.values()))
         with self._tx() as session:
-            for row in rows:
-                stmt = self._insert(GroupStat).values(
-                    round_id=round_id, model=model, agent=agent, published_by=published_by,
-                    created_at=utcnow(), **GroupStatIn.model_validate(row).model_dump())
-                session.execute(stmt.on_conflict_do_update(
-                    index_elements=["round_id", "model", "agent", "group_key"],
-                    set_={name: getattr(stmt.excluded, name)
-                          for name in ("n", "mean", "std", "published_by", "created_at")}))
+            session.execute(stmt.on_conflict_do_update(
+                index_elements=["round_id", "model", "agent", "group_key"],
+                set_={name: getattr(stmt.excluded, name)
+                      for name in ("n", "mean", "std", "published_by", "created_at")}))
         return len(rows)
 
     def read_group_stats(self, round_id: str, model: str | None = None,

@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, model_validator
 
+from mgrpo.models.lora import LoraSpec
 from mgrpo.validation import StrictModel
 
 Algorithm = Literal["mgrpo", "at_grpo", "grpo"]
@@ -65,6 +66,25 @@ class ModelConfig(StrictModel):
     ref_path: str | None = Field(
         None, description="KL reference (loss.kl_coef > 0): a local HF folder or checkpoint "
         "version folder; default `path`, i.e. the starting weights.")
+    max_staleness: int | None = Field(
+        None, ge=0, description="Asynchronous mode for this model: how many updates its "
+        "trainer may be ahead of the weights that sampled a round (None: the run's "
+        "`max_staleness`).")
+    lora: LoraSpec | None = Field(
+        None, description="Train a LoRA adapter instead of the full weights, e.g. {r: 8, "
+        "alpha: 16, target_modules: [q_proj, v_proj]}: only the adapter is in the optimizer "
+        "and in each checkpoint (kind lora), the KL reference is the base with the adapter "
+        "disabled, and engines load only the adapter (vllm: enable_lora). None: full weights.")
+
+    @model_validator(mode="after")
+    def _lora(self) -> ModelConfig:
+        if self.lora is not None and not self.trainable:
+            raise ValueError("lora is set on a model with trainable: false; a frozen model "
+                             "trains no adapter: drop `lora` or set trainable: true")
+        if self.lora is not None and self.ref_path is not None:
+            raise ValueError(f"ref_path={self.ref_path!r} with lora: the KL reference of a "
+                             "LoRA model is its base with the adapter disabled; drop ref_path")
+        return self
 
 
 class SamplingConfig(StrictModel):
@@ -180,9 +200,24 @@ class RunConfig(StrictModel):
     eval_questions: int = Field(200, ge=1, description="Held-out (test split) questions.")
     eval_stage: int | None = Field(
         None, description="Benchmark stage of the held-out questions (None: all stages).")
-    eval_every: int = Field(0, ge=0, description="Evaluate every N rounds (0 = start/end).")
+    eval_every: int = Field(
+        0, ge=0, description="Also evaluate held-out accuracy (greedy) every N rounds "
+        "(0: only before the first round and after the last, sampled and greedy).")
+    max_staleness: int = Field(
+        0, ge=0, description="Asynchronous mode: round n+1 is sampled while round n trains, "
+        "by weights at most this many updates behind the trainer (per model: "
+        "models.<m>.max_staleness overrides it). 0 = synchronous rounds. > 0 needs "
+        "loss.rollout_is (decoupled PPO correction) and algorithm mgrpo or grpo; the services "
+        "then admit a round while earlier ones are unfinished.")
     keep_checkpoints: int = Field(
         3, ge=1, description="Checkpoint versions kept per model (older ones are deleted).")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Where round metrics go besides the stats store (and, embedded, "
+        "metrics.csv): tensorboard (embedded: <out_dir>/tensorboard; trainer services: only "
+        "with MGRPO_TENSORBOARD_DIR set), wandb (Weights & Biases, off by default: needs "
+        "`pip install 'mgrpo[wandb]'`, configured by WANDB_* env vars, e.g. "
+        "WANDB_MODE=offline). [] for neither.")
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"
 
@@ -213,6 +248,21 @@ class RunConfig(StrictModel):
                                                                            "https://")):
                 raise ValueError(f"engines.{role}={engine!r}: use torch, vllm, or the "
                                  "http(s):// URL of an OpenAI-compatible server")
+            if engine.startswith(("http://", "https://")) \
+                    and self.models[self.agents[role]].lora is not None:
+                raise ValueError(f"engines.{role} is a server URL but model "
+                                 f"{self.agents[role]!r} trains a LoRA adapter: a server "
+                                 "reloads full weights only; use torch or vllm for that role")
+        stale = {m: n for m in self.trained_models() if (n := self.staleness(m)) > 0}
+        if stale and self.algorithm == "at_grpo":
+            raise ValueError(f"max_staleness {stale}: the asynchronous mode runs mgrpo and "
+                             "grpo rounds; AT-GRPO's tree rounds are synchronous (set "
+                             "max_staleness: 0 or algorithm: mgrpo)")
+        if stale and self.loss.rollout_is == "none":
+            raise ValueError(f"max_staleness {stale} needs loss.rollout_is: token or sequence: "
+                             "stale samples are corrected by truncated importance weights "
+                             "pi_old / pi_rollout (decoupled PPO); without them the update "
+                             "is biased")
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self
@@ -230,6 +280,11 @@ class RunConfig(StrictModel):
             self.algorithm, max(s.planner_max_turns, s.subagent_max_turns))
         return s.max_new_tokens * turns
 
+    def staleness(self, model: str) -> int:
+        """Model ``model``'s staleness bound: its own ``max_staleness``, else the run's."""
+        own = self.models[model].max_staleness
+        return self.max_staleness if own is None else own
+
     def trained_models(self) -> list[str]:
         used = dict.fromkeys(self.agents.values())
         return [m for m in used if self.models[m].trainable]
@@ -240,7 +295,13 @@ def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfi
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a YAML mapping of options, got {type(data).__name__}")
-    for dotted, value in (overrides or {}).items():
+    return RunConfig.model_validate(apply_overrides(data, overrides or {}))
+
+
+def apply_overrides(data: dict, overrides: dict) -> dict:
+    """``data`` (a run config's fields, changed in place and returned) with ``overrides``
+    set: dotted keys (``loss.rollout_is``) reach into sections, as ``--set`` does."""
+    for dotted, value in overrides.items():
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
@@ -248,4 +309,4 @@ def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfi
             if not isinstance(node, dict):
                 raise ValueError(f"--set {dotted}: {key!r} is not a section (it is {node!r})")
         node[leaf] = value
-    return RunConfig.model_validate(data)
+    return data

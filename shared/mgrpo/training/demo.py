@@ -11,12 +11,14 @@ habit, which leaves RL room to show (SPEC 3: spread-thin noise leaves greedy at 
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mgrpo.validation import StrictModel
 
@@ -24,7 +26,9 @@ from mgrpo.validation import StrictModel
 class DemoConfig(StrictModel):
     out_dir: str = "runs/demo"
     seed: int = 0
-    stage: int | None = Field(1, description="Benchmark stage trained and evaluated.")
+    stage: int | None = Field(1, description="Benchmark stage of the demonstrations (None: "
+                              "both), of the RL rounds unless `stages` is set, and of the "
+                              "held-out evaluation unless `eval_stage` is set.")
     demos_per_agent: int = 2000
     n_train: int = Field(6000, description="Training questions (about 35% are stage 1).")
     planner_errors: dict[str, float] = Field(
@@ -42,33 +46,96 @@ class DemoConfig(StrictModel):
         default_factory=lambda: {"city": 135, "person": 270, "company": 200},
         description="Training entities per type: many distinct names make copying, not "
         "memorising, the cheaper way to fit the demonstrations.")
+    held_out_entities: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="Dev and test entities per type over the "
+        "benchmark's defaults (dev 20/30/15, test 25/35/18 cities/people/companies: 252 "
+        "distinct stage-1 test questions), e.g. a larger test split for the ablation. The "
+        "name pools are nearly used up, so a larger test takes its names from dev. Names are "
+        "drawn with the training ones: any change gives another benchmark and warm start.")
     vocab_size: int = Field(512, description="BPE size; small so names split into syllables.")
     n_test: int = Field(600, description="Test questions (about 35% are stage 1).")
     sft_batch: int = 32
     rounds: int = 40
+    stages: list[dict] | None = Field(
+        None, description="RL curriculum, e.g. [{stage: 1, rounds: 10}, {stage: 2, rounds: "
+        "40}] (`make demo-full`); default: `rounds` rounds of `stage`.")
+    eval_stage: int | None = Field(None, description="Held-out stage (default: `stage`).")
     queries_per_round: int = 16
     k: int = 8
     lr: float = 2e-4
     eval_questions: int = 200
+    eval_every: int = Field(
+        10, ge=0, description="Greedy held-out evaluation every N rounds, besides before and "
+        "after (sampled and greedy): accuracy.png draws these points (0: before/after only).")
+    threads: int = Field(
+        1, ge=1, description="torch intra-op threads, fixed so the same seed gives the same "
+        "weights whatever OMP_NUM_THREADS the shell has (matmul reductions split by thread).")
+    run_set: dict[str, Any] = Field(
+        default_factory=dict, description="Run-config options over the demo's own, dotted "
+        "keys as `mgrpo train --set` (`mgrpo demo --set KEY=VALUE`), e.g. {max_staleness: 1, "
+        "loss.rollout_is: token}: the RL rounds in the asynchronous mode. Checked against "
+        "the run config before the warm start.")
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> DemoConfig:
+        if self.stages is not None and "rounds" in self.model_fields_set:
+            raise ValueError("set either rounds (one stage) or stages (a curriculum), not both")
+        return self
+
+    @model_validator(mode="after")
+    def _run_set_is_valid(self) -> DemoConfig:
+        """A bad ``run_set`` fails now, not after ten minutes of warm start."""
+        from mgrpo.training.config import RunConfig
+
+        if self.run_set:
+            placeholder = dict.fromkeys(("planner", "searcher", "coder"), "unbuilt")
+            RunConfig.model_validate(run_config(self, placeholder))
+        return self
+
+    def schedule(self) -> list[dict]:
+        return self.stages if self.stages is not None else [{"stage": self.stage,
+                                                             "rounds": self.rounds}]
+
+    def held_out_stage(self) -> int | None:
+        return self.eval_stage if "eval_stage" in self.model_fields_set else self.stage
 
 
 def _stamp(msg: str, t0: float) -> None:
     print(f"[demo {time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
 
+def fix_threads(cfg: DemoConfig) -> None:
+    """The demo's thread setting for this process (warm start and RL alike)."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+
+
+def demo_benchmark(cfg: DemoConfig):
+    """The demo's benchmark: the built-in generator with the demo's sizes and entities."""
+    from mgrpo.envs import BenchmarkConfig, build_benchmark
+
+    entities = BenchmarkConfig().entities
+    entities["train"] = dict(cfg.train_entities)
+    for split, counts in cfg.held_out_entities.items():
+        if split not in ("dev", "test"):
+            raise ValueError(f"held_out_entities: {split!r} is not dev or test "
+                             "(training entities are train_entities)")
+        entities[split] = dict(counts)
+    return build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test,
+                                           n_train=cfg.n_train, entities=entities))
+
+
 def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     """Benchmark, demonstrations, tiny models and their warm start; returns model paths."""
 
-    from mgrpo.envs import BenchmarkConfig, build_benchmark
     from mgrpo.envs.demos import write_demos
     from mgrpo.envs.experts import ExpertErrors
     from mgrpo.training.system import build_tools
 
+    fix_threads(cfg)
     out = Path(cfg.out_dir)
-    entities = BenchmarkConfig().entities
-    entities["train"] = dict(cfg.train_entities)
-    bench = build_benchmark(BenchmarkConfig(seed=cfg.seed, n_test=cfg.n_test,
-                                            n_train=cfg.n_train, entities=entities))
+    bench = demo_benchmark(cfg)
     bench.save(out / "bench")
     _stamp(f"benchmark: {bench.counts()}", t0)
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,
@@ -80,9 +147,11 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     # Sub-agents learn from every delegation the expert planner makes when it does not skip,
     # with their own error rates: the planner's skipping must not starve them of data.
     no_skip = errors.model_copy(update={"planner": type(errors.planner)()})
-    write_demos(bench, out / "demos-subagents", tools, no_skip, n=cfg.demos_per_agent,
-                stage=cfg.stage, seed=cfg.seed + 1, progress=True)
-    files["searcher"] = out / "demos-subagents" / "searcher.jsonl"
+    sub = write_demos(bench, out / "demos-subagents", tools, no_skip, n=cfg.demos_per_agent,
+                      stage=cfg.stage, seed=cfg.seed + 1, progress=True)
+    for agent in ("searcher", "coder"):  # the coder when the stages include its tasks
+        if agent in sub["records"]:
+            files[agent] = out / "demos-subagents" / f"{agent}.jsonl"
     if "coder" not in files:  # stage 1 never needs the coder: teach it on stage-2 tasks
         write_demos(bench, out / "demos-coder", tools, errors, n=cfg.demos_per_agent // 2,
                     stage=2, seed=cfg.seed, progress=True)
@@ -139,16 +208,20 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
 
 
 def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
-    return {
+    """The RL run's config fields: the demo's settings, then ``cfg.run_set`` over them."""
+    from mgrpo.training.config import apply_overrides
+
+    return apply_overrides(copy.deepcopy({
         "name": "demo", "seed": cfg.seed, "algorithm": "mgrpo",
         "models": {role: {"path": p, "lr": cfg.lr} for role, p in paths.items()},
         "tools": cfg.tools,
         "k": cfg.k, "queries_per_round": cfg.queries_per_round,
-        "stages": [{"stage": cfg.stage, "rounds": cfg.rounds}],
-        "eval_questions": cfg.eval_questions, "eval_stage": cfg.stage,
+        "stages": cfg.schedule(),
+        "eval_questions": cfg.eval_questions, "eval_stage": cfg.held_out_stage(),
+        "eval_every": cfg.eval_every,
         "bench_dir": str(Path(cfg.out_dir) / "bench"),
         "out_dir": str(Path(cfg.out_dir) / "run"),
-    }
+    }), dict(cfg.run_set))
 
 
 def table(before: dict, after: dict) -> str:
@@ -168,11 +241,13 @@ def run_demo(cfg: DemoConfig) -> dict:
     run_cfg = RunConfig.model_validate(run_config(cfg, paths))
     Path(cfg.out_dir, "demo.yaml").write_text(
         yaml.safe_dump(run_cfg.model_dump(mode="json"), sort_keys=False))
-    _stamp("M-GRPO co-training (embedded)", t0)
+    stale = {m: n for m in run_cfg.trained_models() if (n := run_cfg.staleness(m)) > 0}
+    _stamp("M-GRPO co-training (embedded" + (f", asynchronous, max_staleness {stale}"
+                                             if stale else "") + ")", t0)
     result = run_training(run_cfg)
     plots = plot_run(run_cfg.out_dir)
     summary = {"before": result.before, "after": result.after, "rounds": result.rounds,
-               "wall_s": round(time.perf_counter() - t0, 1),
+               "wall_s": round(time.perf_counter() - t0, 1), "run_set": cfg.run_set,
                "plots": [str(p) for p in plots]}
     Path(cfg.out_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     print(table(result.before, result.after))

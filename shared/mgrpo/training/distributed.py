@@ -29,8 +29,9 @@ Usage::
 ``S.json``: ``[{"trajectory": {...Trajectory...}, "advantage": a, "reward": r}, ...]``.
 Prints one JSON line (rank 0): ranks, update seconds (slowest rank), checkpoint URI, metrics.
 
-What this module does NOT do (yet): run inside the trainer service (ingestion, rounds,
-leases) or shard parameters (FSDP2).
+What this module does NOT do: run inside the trainer service (that is
+:mod:`mgrpo.services.trainer_ranks`, which also shards the parameters with FSDP2) or shard
+parameters: this job is DDP only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Held-out evaluation: accuracy, format validity, calls per sub-agent, tokens per answer.
+"""Held-out evaluation: accuracy, format validity, calls per sub-agent, tokens per answer,
+and each sub-agent's own correctness (r_expert, the run's judge; a format-invalid call
+scores 0) averaged over its calls.
 
 Sampled (temperature from the config, T = 1 by default) and greedy accuracy are both
 reported: a warm start can look perfect greedily while its samples are noisy (SPEC 3).
@@ -9,14 +11,19 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mgrpo.training.rounds import collect, score
+from mgrpo.training.scoring import expert_verdicts
 
 
 def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
-             batch: int = 64, progress=None) -> dict[str, float]:
-    """Play one episode per question; returns ``eval/*`` metrics (see docs/metrics.md)."""
+             batch: int = 64, progress=None,
+             per_question: dict[str, float] | None = None) -> dict[str, float]:
+    """Play one episode per question; returns ``eval/*`` metrics (see docs/metrics.md).
+    ``per_question`` (if given) receives each question id's correctness (paired
+    comparisons of two systems on the same questions: ``mgrpo.algo.paired``)."""
     correct = valid = tokens = 0.0
     calls: dict[str, float] = defaultdict(float)
     by_kind: dict[str, list[float]] = defaultdict(list)
+    expert: dict[str, list[float]] = defaultdict(list)
     for start in range(0, len(questions), batch):
         chunk = questions[start:start + batch]
         episodes = collect(system, "eval", chunk, k=1, seed=seed, greedy=greedy)
@@ -28,6 +35,12 @@ def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
             for role, n in ep.calls_per_role.items():
                 calls[role] += n
             by_kind[ep.job.question.kind].append(outcome.correct)
+            if per_question is not None:
+                per_question[ep.job.question.id] = float(outcome.correct)
+        calls_made = [t for ep in episodes for t in ep.subagents]
+        verdicts = iter(expert_verdicts([t for t in calls_made if t.format_ok], system.judge))
+        for traj in calls_made:
+            expert[traj.agent].append(float(next(verdicts).score) if traj.format_ok else 0.0)
         if progress is not None:
             progress(len(chunk))
     n = max(len(questions), 1)
@@ -36,4 +49,31 @@ def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
            f"eval/{mode}/tokens_per_answer": tokens / n}
     out.update({f"eval/{mode}/calls_{role}": c / n for role, c in calls.items()})
     out.update({f"eval/{mode}/accuracy_{kind}": sum(v) / len(v) for kind, v in by_kind.items()})
+    out.update({f"eval/{mode}/r_expert_{role}": sum(v) / len(v) for role, v in expert.items()})
     return out
+
+
+def evaluate_subagent(system, role: str, questions: list, greedy: bool, seed: int = 1234,
+                      ) -> dict[str, float]:
+    """``role`` alone on the gold subtasks of ``questions`` (the tasks a perfect planner
+    would give it): its own correctness (r_expert, the run's judge) and format validity,
+    free of the planner's errors. Returns ``eval/{mode}/{role}_alone/*``."""
+    from mgrpo.training.episodes import SubagentCall, mix_seed
+    from mgrpo.training.subagents import run_subagent_calls
+
+    calls = [SubagentCall(key=("eval-alone", q.id, 0), role=role, task=st.task, invocation=i,
+                          seed=mix_seed(seed, q.id, i))
+             for q in questions for i, st in enumerate(s for s in q.subtasks if s.agent == role)]
+    mode = "greedy" if greedy else "sampled"
+    prefix = f"eval/{mode}/{role}_alone"
+    if not calls:
+        return {f"{prefix}/tasks": 0.0}
+    outcomes = run_subagent_calls(system.runtimes[role], calls, system.cfg.sampling,
+                                  greedy=greedy)
+    trajs = [o.trajectory for o in outcomes]
+    valid = [t for t in trajs if t.format_ok]
+    scores = iter(expert_verdicts(valid, system.judge))
+    r_expert = [float(next(scores).score) if t.format_ok else 0.0 for t in trajs]
+    return {f"{prefix}/tasks": float(len(calls)),
+            f"{prefix}/r_expert": sum(r_expert) / len(calls),
+            f"{prefix}/format_valid": len(valid) / len(calls)}

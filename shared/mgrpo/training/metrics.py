@@ -1,4 +1,5 @@
-"""Where round metrics go besides the stats store: TensorBoard, a CSV, and the terminal.
+"""Where round metrics go besides the stats store: a CSV, TensorBoard and Weights & Biases
+(the run config's ``report_to``), and the terminal.
 
 ``metrics.csv`` is long-format (round, key, value) so new keys never break the header;
 ``mgrpo plot RUN`` reads it. Keys follow ``"{agent}/{quantity}"`` (docs/metrics.md).
@@ -17,21 +18,28 @@ from mgrpo.progress import progress_bar
 
 
 class MetricsLogger:
-    def __init__(self, out_dir: Path, enabled: bool = True):
+    def __init__(self, out_dir: Path, enabled: bool = True,
+                 report_to: Iterable[str] = ("tensorboard",), run_name: str = "run",
+                 config: dict | None = None):
         self.out_dir = out_dir
         self.enabled = enabled
+        self.run_name = run_name
+        self._wandb = None
+        if "wandb" in report_to:  # first: a missing package stops before any file is opened
+            from mgrpo.training.wandb_sink import WandbSink
+
+            self._wandb = WandbSink(directory=out_dir, config=config)
         self._csv_path = out_dir / "metrics.csv"
         new = not self._csv_path.exists()
         self._csv = self._csv_path.open("a", newline="")
         self._writer = csv.writer(self._csv)
         if new:
             self._writer.writerow(["round", "key", "value"])
-        try:
+        self._tb = None
+        if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(out_dir / "tensorboard"))
-        except ImportError:  # pragma: no cover - tensorboard is a pinned dependency
-            self._tb = None
         self._bar = None
 
     def progress(self, items: Iterable, desc: str) -> Iterator:
@@ -45,6 +53,8 @@ class MetricsLogger:
             if self._tb is not None:
                 self._tb.add_scalar(key, value, step)
         self._csv.flush()
+        if self._wandb is not None:
+            self._wandb.log(self.run_name, step, metrics)
         if self._bar is not None:
             shown = {k.split("/", 1)[-1][:10]: round(v, 3) for k, v in metrics.items()
                      if k in ("planner/accuracy", "planner/reward_mean",
@@ -61,6 +71,8 @@ class MetricsLogger:
         self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

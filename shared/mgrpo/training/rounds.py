@@ -136,14 +136,25 @@ def update_model(lm, samples: list[Sample], cfg: RunConfig, round_index: int
                  ) -> dict[str, float]:
     """One round's policy update of ``lm`` on ``samples`` (seeded by model and round), its
     metrics qualified by the model's name; nothing when ``lm`` is frozen or has no samples.
-    Shared by :func:`train_model` and the tree round (``mgrpo.training.tree``)."""
+    Shared by :func:`train_model` and the tree round (``mgrpo.training.tree_round``)."""
     if lm.optimizer is None or not samples:
         return {}
+    ranks = getattr(lm, "ranks", None)
+    if ranks is not None:  # a torchrun trainer (mgrpo.services.trainer_ranks): every rank
+        return ranks.update(lm, samples, cfg, round_index)
+    return local_update(lm, samples, cfg, round_index)
+
+
+def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
+                 model: torch.nn.Module | None = None, shard: tuple[int, int] = (0, 1)
+                 ) -> dict[str, float]:
+    """:func:`update_model` in this process; ``model`` (a DDP wrapper of ``lm.model``) and
+    ``shard`` = (rank, world) when it is one rank of a data-parallel update."""
     mcfg = cfg.models[lm.name]
     generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-    update = policy_update(lm.model, lm.optimizer, samples, mcfg, cfg.loss,
-                           pad_id=lm.tokenizer.pad_token_id, generator=generator,
+    update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
+                           cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
                            norm_length=cfg.loss_norm_length(),
                            ref_model=reference_for(lm, mcfg, cfg.loss),
-                           temperature=cfg.sampling.temperature)
+                           temperature=cfg.sampling.temperature, shard=shard)
     return qualify(update, lm.name)

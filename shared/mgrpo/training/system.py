@@ -1,7 +1,9 @@
 """Assemble a runnable multi-agent system from a run config: models, engines, tools, runner.
 
 Embedded mode builds everything in this process; every model is loaded once and shared by
-its engine (sampling) and its trainer (updates), so "weight sync" is a version bump. The
+its engine (sampling) and its trainer (updates), so "weight sync" is a version bump (a
+LoRA model, ``models.<m>.lora``, is the same peft model in both: the engine samples through
+the adapter being trained). The
 services build the same pieces, one model per process.
 """
 
@@ -98,6 +100,7 @@ def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
 def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
+    from mgrpo.models.lora import apply_lora, trainable_parameters
 
     other = {role: e for role, e in cfg.engines.items() if e != "torch"}
     if other:
@@ -109,9 +112,12 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     for name in dict.fromkeys(cfg.agents.values()):
         mcfg = cfg.models[name]
         model, tokenizer = load_model(mcfg.path, device=device)
+        if mcfg.lora is not None:  # only the adapter trains; the engine samples through it
+            model = apply_lora(model, mcfg.lora)
         model.eval()
         engine = TorchEngine(model, tokenizer, device=device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=mcfg.lr) if mcfg.trainable else None
+        optimizer = (torch.optim.Adam(trainable_parameters(model), lr=mcfg.lr)
+                     if mcfg.trainable else None)
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)

@@ -2,8 +2,9 @@
 
 In embedded mode ``MetricsLogger`` writes ``<out_dir>/tensorboard``. A distributed trainer
 (``mgrpo serve trainer``) writes only the stats store unless ``MGRPO_TENSORBOARD_DIR`` is
-set; then each trained round's metrics (what ``train_round`` records: the ``{role}/...``
-reward/advantage keys and the ``{model}/...`` loss keys) also go to
+set (and the run config's ``report_to`` keeps ``tensorboard``, its default); then each
+trained round's metrics (what ``train_round`` records: the ``{role}/...`` reward/advantage
+keys and the ``{model}/...`` loss keys) also go to
 ``<dir>/<run_id>/<model>/`` at step = round index, so ``tensorboard --logdir <dir>`` shows
 every run and model side by side, and trainers of different models never share a file.
 

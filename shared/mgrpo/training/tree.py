@@ -26,8 +26,16 @@ Turn rewards, and how they differ from the paper (which leaves both to the envir
   searcher's second call starts at the turn after its first call's last), so a group is
   always K candidates of one state.
 
-What this module does not do: the policy update (``mgrpo.training.update``), evaluation (the
-ordinary runner plays the trained policies), or checkpoints (``mgrpo.training.loop``).
+Sub-agent subtrees (a delegation's K-candidate turns until it returns) are played by
+``subtree(calls, round_id, seed)``: by default :meth:`TreeSampler._subagent_tree` in this
+process (the sub-agents' runtimes); the services pass one that sends each call to its
+sub-agent worker, which plays the same method there (``mgrpo.services.tree_calls``). A
+subtree sets each call's ``result``, ``solved`` (r_expert of the result: the planner's
+``solved`` set) and the episode's turn counter of that agent.
+
+What this module does not do: the policy update (``mgrpo.training.update``), advantages and
+the round (``mgrpo.training.tree_round``), evaluation (the ordinary runner plays the trained
+policies), or checkpoints (``mgrpo.training.loop``).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from typing import Any
 
 import torch
 
-from mgrpo.algo import at_grpo_advantages, greedy_choice, mix_turn_reward
+from mgrpo.algo import greedy_choice, mix_turn_reward
 from mgrpo.engines.base import Completion, GenerationRequest
 from mgrpo.envs import protocol as P
 from mgrpo.envs import protocol_tokens as T
@@ -56,7 +64,6 @@ from mgrpo.training.episodes import (
     sampling_params,
     stop_ids,
 )
-from mgrpo.training.scoring import GroupStat, Sample, score_episode
 from mgrpo.training.subagents import FAILED_RESULT
 from mgrpo.types import Trajectory, trajectory_id
 
@@ -93,6 +100,7 @@ class Branch:
     task: str | None = None
     result: str | None = None
     done: bool = False
+    solved: bool = False  # the result judged right (r_expert): the planner's ``solved`` set
 
 
 @dataclass
@@ -108,8 +116,9 @@ class TreeSampler:
     """Plays AT-GRPO trees for a batch of queries with the system's agent runtimes."""
 
     def __init__(self, runtimes: dict[str, AgentRuntime], cards: list, cfg: RunConfig,
-                 judge: Any):
+                 judge: Any, subtree: Any = None):
         self.runtimes, self.cards, self.cfg, self.judge = runtimes, cards, cfg, judge
+        self.subtree = subtree or self._subagent_tree
 
     def run(self, round_id: str, questions: list, seed: int) -> list[TreeEpisode]:
         planner = self.runtimes["planner"]
@@ -129,10 +138,9 @@ class TreeSampler:
                 if call is not None:
                     calls.append(call)
             for role in dict.fromkeys(c.agent for c in calls):
-                self._subagent_tree([c for c in calls if c.agent == role], round_id, seed)
+                self.subtree([c for c in calls if c.agent == role], round_id, seed)
             for call in calls:
-                if call.result is not None and self.judge.judge(call.agent, call.task or "",
-                                                                call.result):
+                if call.solved:
                     call.episode.solved.add((call.agent, normalize_answer(call.task or "")))
                 result = call.result if call.result is not None else FAILED_RESULT
                 call.episode.ctx.add_prompt(encode(planner.tokenizer, P.render_ret(result)))
@@ -215,20 +223,29 @@ class TreeSampler:
             ep.trace.append({"agent": "planner", "answer": action.answer})
             return None
         planner_turns = ep.turns.get("planner", 0)
-        if action.kind != "call" or action.agent not in self.runtimes or \
+        if action.kind != "call" or action.agent not in self.cfg.agents or \
                 action.agent == "planner" or planner_turns >= self.cfg.sampling.planner_max_turns:
             ep.done = True  # broken protocol: format_ok stays False
             return None
         invocation = ep.calls.get(action.agent, 0)
         ep.calls[action.agent] = invocation + 1
         ep.trace.append({"agent": "planner", "delegate": action.agent, "task": action.task})
-        runtime = self.runtimes[action.agent]
-        ctx = TokenContext()
-        ctx.add_prompt(encode(runtime.tokenizer, P.subagent_header(action.agent, action.task)))
-        return Branch(ep, ctx, action.agent, invocation, task=action.task)
+        return Branch(ep, TokenContext(), action.agent, invocation, task=action.task)
 
     def _subagent_tree(self, calls: list[Branch], round_id: str, seed: int) -> None:
+        """The K-candidate turns of these calls of ONE sub-agent role until each returns."""
         runtime = self.runtimes[calls[0].agent]
+        for call in calls:  # each call's context starts at its sub-agent header
+            if not call.ctx.ids:
+                call.ctx.add_prompt(encode(runtime.tokenizer,
+                                           P.subagent_header(call.agent, call.task)))
+        self._subagent_turns(runtime, calls, round_id, seed)
+        for call in calls:
+            call.solved = call.result is not None and bool(
+                self.judge.judge(call.agent, call.task or "", call.result))
+
+    def _subagent_turns(self, runtime: AgentRuntime, calls: list[Branch], round_id: str,
+                        seed: int) -> None:
         for _ in range(self.cfg.sampling.subagent_max_turns):
             live = [c for c in calls if not c.done]
             if not live:
@@ -245,103 +262,3 @@ class TreeSampler:
                                                "observation": best.observation})
                 else:
                     call.done = True  # invalid turn: the planner gets FAILED_RESULT
-
-
-def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample],
-                                                                      list[GroupStat]]:
-    """Advantages for the candidates of one model: GRPO within each (query, agent, turn)
-    group of K candidates (``at_grpo_advantages``); rewards are the stored turn rewards."""
-    if not trajs:
-        return [], []
-    missing = [t.traj_id for t in trajs if t.reward is None or t.turn is None]
-    if missing:
-        raise ValueError(f"AT-GRPO samples need `reward` and `turn` on every trajectory; "
-                         f"{missing[:3]} lack them (were they made by TreeSampler?)")
-    index = {name: {v: i for i, v in enumerate(sorted({getattr(t, name) for t in trajs}))}
-             for name in ("query_id", "agent")}
-    rewards = torch.tensor([float(t.reward) for t in trajs])
-    queries = torch.tensor([index["query_id"][t.query_id] for t in trajs])
-    agents = torch.tensor([index["agent"][t.agent] for t in trajs])
-    turns = torch.tensor([int(t.turn) for t in trajs])
-    adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
-                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling)
-    samples = [Sample(t, float(a), float(r))
-               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
-               if keep]
-    stats = []
-    for g in torch.unique(adv.group_ids).tolist():
-        members = [i for i, gid in enumerate(adv.group_ids.tolist()) if gid == g]
-        t0 = trajs[members[0]]
-        r = rewards[members]
-        stats.append(GroupStat(t0.agent, f"{t0.query_id}|{t0.agent}|t{t0.turn}", len(members),
-                               float(r.mean()), float(r.std(unbiased=False))))
-    return samples, stats
-
-
-def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
-                 verifier: Any) -> None:
-    """Candidates into the store, one rollout per candidate slot k (its candidates of every
-    turn); each slot also gets the greedy path's outcome, the episode all K belong to."""
-    from mgrpo.store.records import PlannerOutcomeIn
-
-    for tree in trees:
-        qid = tree.question.id
-        correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
-                                        verifier, cfg.rewards.planner)
-        for k in range(cfg.k):
-            attempt = store.begin_attempt(round_id, qid, k)
-            if attempt is None:  # completed before a crash
-                continue
-            trajs = [t.model_copy(update={"attempt": attempt})
-                     for t in tree.candidates if t.rollout == k]
-            store.write_planner_outcomes(round_id, [PlannerOutcomeIn(
-                query_id=qid, rollout=k, attempt=attempt, format_ok=tree.format_ok,
-                correct=correct, reward=reward)])
-            store.ingest_trajectories(trajs)
-            store.complete_rollout(round_id, qid, k, attempt)
-
-
-def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) -> dict:
-    """One AT-GRPO round (the ``at_grpo`` branch of ``mgrpo.training.loop``): trees ->
-    store -> each model's trainer reads its candidates back, publishes its group statistics
-    and updates -> checkpoint."""
-    import time
-
-    from mgrpo.training.loop import _save_state, publish_stats
-    from mgrpo.training.rounds import sample_questions, update_model
-
-    cfg = system.cfg
-    round_id = f"{run_id}-r{round_index:04d}"
-    questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
-    store.create_round(run_id, round_id, round_index, [q.id for q in questions], cfg.k,
-                       cfg.model_dump(mode="json"))
-    t0 = time.perf_counter()
-    trees = TreeSampler(system.runtimes, system.cards(), cfg, system.judge).run(
-        round_id, questions, mix_seed(cfg.seed, "at_grpo", round_index))
-    t1 = time.perf_counter()
-    ingest_trees(store, round_id, trees, cfg, system.verifier)
-    t2 = time.perf_counter()
-    metrics: dict[str, float] = {}
-    for lm in system.models.values():
-        roles = [r for r, m in cfg.agents.items() if m == lm.name]
-        trajs = [t for t in store.round_trajectories(round_id, lm.name) if t.agent in roles]
-        samples, stats = at_grpo_samples(trajs, cfg)
-        publish_stats(store, round_id, lm.name, stats)
-        for role in roles:
-            rewards = [s.reward for s in samples if s.trajectory.agent == role]
-            if rewards:
-                metrics[f"{role}/turn_reward_mean"] = sum(rewards) / len(rewards)
-                metrics[f"{role}/samples"] = float(len(rewards))
-        metrics.update(update_model(lm, samples, cfg, round_index))
-    t3 = time.perf_counter()
-    _save_state(system, round_index)
-    n = max(len(trees), 1)
-    correct = [float(system.verifier.score(t.answer or "", t.question.answer)) * t.format_ok
-               for t in trees]
-    metrics.update({"planner/accuracy": sum(correct) / n,
-                    "planner/format_valid": sum(t.format_ok for t in trees) / n,
-                    "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1,
-                    "time/update_s": t3 - t2, "time/weight_sync_s": time.perf_counter() - t3})
-    store.record_metrics(run_id, round_id, metrics)
-    store.set_round_status(round_id, "done")
-    return metrics

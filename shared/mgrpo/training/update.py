@@ -15,7 +15,8 @@ frozen reference (:mod:`mgrpo.training.reference`).
 Data parallel (``shard=(rank, world)``, :mod:`mgrpo.training.distributed`): every rank has
 the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
 mini-batch, the model is a ``DistributedDataParallel`` whose all-reduce (an average) syncs the
-gradients once per mini-batch (``no_sync`` before); the local loss is multiplied by ``world``
+gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose reduce-scatter
+(an average too) runs after every backward; the local loss is multiplied by ``world``
 so the average equals the single-process sum. Every rank makes the same number of backward
 passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
@@ -160,7 +161,10 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             real = j < len(mine)
             sel = idx[mine[j] if real else micros[0]]
             sync = world == 1 or j == -(-len(micros) // world) - 1
-            with nullcontext() if sync else model.no_sync():  # DDP: forward AND backward
+            # DDP: no all-reduce before the last micro-batch (forward AND backward); FSDP2
+            # reduce-scatters every backward (its gradients stay sharded), so no no_sync
+            no_sync = getattr(model, "no_sync", None)
+            with nullcontext() if sync or no_sync is None else no_sync():
                 logp, entropy = token_logprobs(
                     model, batch["input_ids"][sel], batch["attention_mask"][sel],
                     micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
@@ -185,6 +189,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 totals[key] += float(value) * float(share)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
         optimizer.step()
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         totals["grad_norm"] += float(grad_norm)
         steps += 1
     if world > 1:

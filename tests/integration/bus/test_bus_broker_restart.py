@@ -5,13 +5,12 @@ and the health checks say "not consuming" while it is down and recover by themse
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
+from http_json import get_json
 from prometheus_client import CollectorRegistry
+from waiting import wait_for
 
 from mgrpo.bus import MemoryDedupe
 from mgrpo.bus.kombu_bus import KombuBus
@@ -20,25 +19,8 @@ from mgrpo.services.batching import consume_batches
 from mgrpo.services.health import serve_health
 
 
-def wait_for(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def command(round_id: str) -> RoundCommand:
     return RoundCommand(command="train", run_id="r", round_id=round_id)
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_consumers_reconnect_after_broker_restart(private_rabbitmq, unique_name):
@@ -68,16 +50,16 @@ def test_consumers_reconnect_after_broker_restart(private_rabbitmq, unique_name)
             bus.publish(one, command(f"before-{i}"))
             bus.publish(many, command(f"before-{i}"))
         assert wait_for(lambda: len(single) == 3 and len(batched) == 3)
-        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        assert get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200
 
         broker.stop_app()
         assert wait_for(lambda: len(bus.consumer_problems(0.0)) == 2, 30), \
             bus.consumer_problems(0.0)
-        status, body = get(f"http://127.0.0.1:{port}/readyz")
+        status, body = get_json(f"http://127.0.0.1:{port}/readyz")
         assert status == 503 and len(body["problems"]) == 2
         assert all("not consuming" in p for p in body["problems"]), body
         time.sleep(1.5)  # past the liveness grace: the worker must say it is unhealthy
-        status, body = get(f"http://127.0.0.1:{port}/healthz")
+        status, body = get_json(f"http://127.0.0.1:{port}/healthz")
         assert status == 503 and body["status"] == "down", body
         # a publish while the broker is down waits for it instead of being lost
         during = threading.Thread(target=bus.publish, args=(one, command("during")))
@@ -89,8 +71,8 @@ def test_consumers_reconnect_after_broker_restart(private_rabbitmq, unique_name)
 
         assert wait_for(lambda: bus.consumer_problems(0.0) == [], 60), \
             bus.consumer_problems(0.0)
-        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
-        assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+        assert get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        assert get_json(f"http://127.0.0.1:{port}/readyz")[0] == 200
         for i in range(3):
             bus.publish(one, command(f"after-{i}"))
             bus.publish(many, command(f"after-{i}"))

@@ -10,6 +10,7 @@ import threading
 import time
 
 from kombu import Connection
+from waiting import wait_for
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage, encode_message
@@ -17,15 +18,6 @@ from mgrpo.services.batching import consume_batches
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.types import Trajectory
-
-
-def wait_for(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def delete_queues(url: str, *names: str) -> None:

@@ -10,45 +10,20 @@ import time
 
 import pytest
 from kombu import Connection
+from waiting import wait_for
 
 from mgrpo.bus import MemoryDedupe, process_payload
-from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import RoundCommand, WeightsAnnouncement
 from mgrpo.bus.names import REASON_HEADER
-from mgrpo.bus.topology import dead_letter_queue, work_queue
+from mgrpo.bus.topology import work_queue
 from mgrpo.bus.transport import to_wire
 
 
 @pytest.fixture
 def names(unique_name):
+    """The queues of a test: a work queue and its dead-letter queue (``bus_factory``,
+    conftest.py, makes buses on them and deletes them)."""
     return {"queue": f"{unique_name}.work", "dlq": f"{unique_name}.dlq"}
-
-
-@pytest.fixture
-def bus_factory(rabbitmq_url, names):
-    made: list[KombuBus] = []
-
-    def make(dedupe=None) -> KombuBus:
-        bus = KombuBus(rabbitmq_url, dedupe, dead_letter_queue_name=names["dlq"])
-        made.append(bus)
-        return bus
-
-    yield make
-    for bus in made:
-        bus.close()
-    with Connection(rabbitmq_url) as connection:
-        channel = connection.channel()
-        work_queue(names["queue"], names["dlq"])(channel).delete()
-        dead_letter_queue(names["dlq"])(channel).delete()
-
-
-def wait_for(predicate, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def queue_depth(url: str, queue) -> int:

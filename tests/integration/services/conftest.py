@@ -20,14 +20,17 @@ sys.path.insert(0, str(KIT_DIR))
 from services_testkit import make_bench, make_tiny, write_run_config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from parity_kit import PARITY_SFT_STEPS, load_bench_round  # noqa: E402
+from parity_kit import PARITY_SFT_STEPS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def warm_assets():
     """Benchmark and warm-started tiny models for every parity test, built once per machine
-    and code version (``bench_round.prepare_cached``: on-disk, keyed by settings and code)."""
-    return load_bench_round().prepare_cached(PARITY_SFT_STEPS)
+    and code version (``mgrpo.training.tiny_assets.prepare_cached``: on disk, keyed by
+    settings and code)."""
+    from mgrpo.training.tiny_assets import prepare_cached
+
+    return prepare_cached(PARITY_SFT_STEPS)
 
 
 class Services(ServiceProcesses):

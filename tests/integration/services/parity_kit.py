@@ -1,5 +1,5 @@
-"""The parity tests' harness: ``bench/round.py`` loaded as a module, and how long the shared
-warm-start is trained."""
+"""The parity tests' harness: ``bench/round.py`` loaded as a module, how long the shared
+warm-start is trained, and the comparison of two rounds that must agree."""
 
 from __future__ import annotations
 
@@ -22,3 +22,34 @@ def load_bench_round():
         sys.modules["bench_round"] = module  # dataclasses look their module up here
         spec.loader.exec_module(module)
     return sys.modules["bench_round"]
+
+
+def assert_rounds_equal(emb, svc, what: str = "trajectories") -> set[str]:
+    """Two rounds (``bench_round.RoundData``) agree: the same planner outcomes (rewards within
+    1e-6), the same tokens of every one of their ``what``, the same group statistics (within
+    1e-6), the metrics both record (timings aside) within 1e-5 and the same updated weights
+    (within 1e-5). Returns the names of the metrics compared."""
+    import pytest
+    import torch
+
+    assert emb.outcomes.keys() == svc.outcomes.keys()
+    for key, (fmt, correct, reward) in emb.outcomes.items():
+        assert (fmt, correct) == svc.outcomes[key][:2], key
+        assert reward == pytest.approx(svc.outcomes[key][2], abs=1e-6), key
+    assert emb.tokens.keys() == svc.tokens.keys()
+    differing = sorted(k for k in emb.tokens if emb.tokens[k] != svc.tokens[k])
+    assert differing == [], f"{len(differing)} {what} sampled differently"
+    assert emb.stats.keys() == svc.stats.keys()
+    for key, (n, mean, std) in emb.stats.items():
+        assert n == svc.stats[key][0], key
+        assert (mean, std) == pytest.approx(svc.stats[key][1:], abs=1e-6), key
+    common = {k for k in emb.metrics.keys() & svc.metrics.keys()
+              if not k.startswith(("time/", "throughput/"))}
+    for key in sorted(common):
+        assert emb.metrics[key] == pytest.approx(svc.metrics[key], abs=1e-5), key
+    assert emb.weights.keys() == svc.weights.keys()
+    for model, state in emb.weights.items():
+        for name, tensor in state.items():
+            torch.testing.assert_close(tensor, svc.weights[model][name], atol=1e-5, rtol=0,
+                                       msg=f"{model}.{name}")
+    return common

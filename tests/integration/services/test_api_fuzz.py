@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from services_testkit import running_server
+from serving import running_server
 
 from mgrpo.bus import InMemoryBus
 from mgrpo.config import Settings

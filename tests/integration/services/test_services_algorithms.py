@@ -8,21 +8,19 @@
   (``bench_round.inprocess_round``): the code under test is the services', the transport is
   covered by ``test_services_parity.py`` (M-GRPO through six processes, RabbitMQ,
   PostgreSQL), and one process set per algorithm would cost minutes each.
-- ``at_grpo`` is refused at ``POST /v1/rounds`` (422 with the reason): its tree sampling
-  does not run through the bus, and before this the services silently ran M-GRPO instead.
+- ``at_grpo`` (tree sampling through the bus): ``test_services_at_grpo.py``.
 - A run's round ``i`` takes its questions from the curriculum stage of round ``i`` (was:
   always the first stage).
 
-Compared as in the M-GRPO parity test; left out by design: timings, metrics only one side
-records, and frozen models (embedded mode still scores them; distributed mode runs no
-trainer for them, so their trajectories are not stored).
+Compared as in the M-GRPO parity test; left out by design: timings and metrics only one side
+records. Frozen models (main-only) are compared too: both modes store and score their
+trajectories (rewards, group statistics, metrics), neither updates them.
 """
 
 from __future__ import annotations
 
 import pytest
-import torch
-from parity_kit import load_bench_round
+from parity_kit import assert_rounds_equal, load_bench_round
 
 bench_round = load_bench_round()
 
@@ -54,6 +52,7 @@ def test_the_round_is_not_trivial(rounds):
         assert emb.metrics["searcher/calls_per_episode"] > 0
     if variant == "main-only":
         assert emb.weights.keys() == {"planner"}
+        assert {m for m, _, _ in emb.stats} == {"planner", "searcher"}  # the coder is unused
     if variant == "curriculum":  # the filter changed which questions the round plays
         from mgrpo.envs import load_benchmark
         from mgrpo.training.rounds import sample_questions
@@ -66,53 +65,11 @@ def test_the_round_is_not_trivial(rounds):
 @pytest.mark.heavy
 def test_services_equal_embedded(rounds):
     variant, emb, svc, _ = rounds
-    assert emb.outcomes.keys() == svc.outcomes.keys(), variant
-    for key, (fmt, correct, reward) in emb.outcomes.items():
-        assert (fmt, correct) == svc.outcomes[key][:2], key
-        assert reward == pytest.approx(svc.outcomes[key][2], abs=1e-6), key
-    assert emb.tokens.keys() == svc.tokens.keys()
-    differing = sorted(k for k in emb.tokens if emb.tokens[k] != svc.tokens[k])
-    assert differing == [], f"{len(differing)} trajectories sampled differently"
-    assert emb.stats.keys() == svc.stats.keys()
-    for key, (n, mean, std) in emb.stats.items():
-        assert n == svc.stats[key][0], key
-        assert (mean, std) == pytest.approx(svc.stats[key][1:], abs=1e-6), key
-    common = {k for k in emb.metrics.keys() & svc.metrics.keys()
-              if not k.startswith(("time/", "throughput/"))}
+    common = assert_rounds_equal(emb, svc)
     assert {"planner/reward_mean", "planner/pg_loss"} <= {k.replace("single/", "planner/")
                                                            for k in common}
-    for key in sorted(common):
-        assert emb.metrics[key] == pytest.approx(svc.metrics[key], abs=1e-5), key
-    assert emb.weights.keys() == svc.weights.keys()
-    for model, state in emb.weights.items():
-        for name, tensor in state.items():
-            torch.testing.assert_close(tensor, svc.weights[model][name], atol=1e-5, rtol=0,
-                                       msg=f"{model}.{name}")
-
-
-def _api(tmp_path, cfg):
-    from fastapi.testclient import TestClient
-
-    from mgrpo.bus import InMemoryBus
-    from mgrpo.config import Settings
-    from mgrpo.services.api.app import create_app
-    from mgrpo.services.api.deps import ApiState
-    from mgrpo.services.context import open_store
-
-    settings = Settings(mode="distributed", database_url=f"sqlite:///{tmp_path}/store.db",
-                        api_token="t")
-    store = open_store(settings)
-    return TestClient(create_app(ApiState(settings, cfg, store, InMemoryBus(store)))), store
-
-
-def test_at_grpo_is_refused_with_the_reason(tmp_path, warm_assets):
-    cfg = bench_round.make_config(warm_assets, tmp_path / "out", b=2, k=2)
-    client, store = _api(tmp_path, cfg.model_copy(update={"algorithm": "at_grpo"}))
-    with client:
-        response = client.post("/v1/rounds", json={}, headers={"Authorization": "Bearer t"})
-    assert response.status_code == 422, response.text
-    assert "at_grpo" in response.json()["message"] and "mgrpo train" in response.json()["message"]
-    assert store.list_rounds() == []  # nothing was enqueued
+    if variant == "main-only":  # the frozen searcher is scored in both modes
+        assert {"searcher/reward_mean", "searcher/d", "searcher/samples"} <= common
 
 
 def test_each_round_takes_its_stage_questions(tmp_path, warm_assets):

@@ -5,10 +5,10 @@ a planner worker, two sub-agent types, three trainers. Scripted policies in the 
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
+import waiting
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import TrajectoryMessage
@@ -32,12 +32,9 @@ def start_system(services, trainers=MODELS) -> None:
 
 
 def wait_for(predicate, timeout_s: float = 180.0, poll_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
+    """``waiting.wait_for`` with the longer default of the process tests (which import it
+    from here)."""
+    return waiting.wait_for(predicate, timeout_s, poll_s)
 
 
 def run_round(env, store):

@@ -48,7 +48,10 @@ def check_round(store, bus, rid: str) -> None:
     for role in ("searcher", "coder"):
         trajs = store.round_trajectories(rid, role)
         rows, expected = expected_subagent_trajectories(store, role, rid)
-        assert rows == 6 and len(trajs) == expected > 0, (role, rows, expected, len(trajs))
+        assert rows == 6 and len(trajs) == expected, (role, rows, expected, len(trajs))
+        # the scripted planner always searches first; it calls the coder only on an even
+        # turn seed, so a round of 6 rollouts can have no coder call (1 in 64)
+        assert expected > 0 or role == "coder", (role, rows, expected)
         assert len({(t.traj_id, t.attempt) for t in trajs}) == len(trajs)
     assert len(store.read_planner_outcomes(rid)) >= 6
     assert bus.peek_dead_letters() == []
@@ -56,7 +59,9 @@ def check_round(store, bus, rid: str) -> None:
 
 def test_round_survives_broker_and_database_restarts(private_deployment):
     env, store, services, postgres, rabbitmq = private_deployment
-    services.env.update(MGRPO_CONSUMER_GRACE_S="2", MGRPO_TEST_GENERATE_DELAY_S="1.0")
+    # 2 s per generate call: the round must outlast a `stop_app` on a loaded machine (with
+    # 1 s, event-driven rounds ended in ~20 s, before a slow `stop_app` returned)
+    services.env.update(MGRPO_CONSUMER_GRACE_S="2", MGRPO_TEST_GENERATE_DELAY_S="2.0")
     start_system(services)
     workers = ["planner-worker", "subagent-searcher", "subagent-coder"] + \
         [f"trainer-{m}" for m in MODELS]
@@ -65,7 +70,7 @@ def test_round_survives_broker_and_database_restarts(private_deployment):
     _, _, bus, record = run_round(env, store)
     stopped = False
     try:
-        time.sleep(1.0)  # the planner worker has its first batch (the round takes ~30 s)
+        time.sleep(1.0)  # the planner worker has its first batch (the round takes ~40 s)
         rabbitmq.stop_app()
         stopped = True
         assert store.get_round(record.round_id).status != "done", "not mid-round"

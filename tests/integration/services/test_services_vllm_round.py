@@ -8,11 +8,11 @@ Planner and coder use the scripted policies of the other service tests; trainers
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+import waiting
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "vllm_tier"))
@@ -29,12 +29,8 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1800)]
 
 
 def wait_for(predicate, timeout_s: float = 600.0, poll_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
+    """:func:`waiting.wait_for` with this module's bounds (a vLLM service starts slowly)."""
+    return waiting.wait_for(predicate, timeout_s, poll_s)
 
 
 def test_round_with_vllm_searcher_ends_done_and_reloads_its_checkpoint(deployment, tmp_path):

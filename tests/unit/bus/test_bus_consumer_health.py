@@ -4,23 +4,13 @@ problem after the grace period; the worker's /healthz and /readyz serve exactly 
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.error
-import urllib.request
 
+from http_json import get_json
 from prometheus_client import CollectorRegistry
 
 from mgrpo.bus.consumer import ConsumerState
 from mgrpo.services.health import serve_health
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_dead_thread_and_disconnected_consumer_are_problems():
@@ -58,14 +48,14 @@ def test_healthz_and_readyz_report_the_problems():
                           problems=lambda: list(problems), not_ready=lambda: list(waiting))
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        assert get(f"{url}/healthz") == (200, {"status": "ok", "service": "subagent-coder"})
-        assert get(f"{url}/readyz") == (200, {"status": "ready", "service": "subagent-coder"})
+        assert get_json(f"{url}/healthz") == (200, {"status": "ok", "service": "subagent-coder"})
+        assert get_json(f"{url}/readyz") == (200, {"status": "ready", "service": "subagent-coder"})
         waiting.append("consumer c on q: not consuming for 0 s (connecting)")
-        assert get(f"{url}/healthz")[0] == 200  # reconnecting: not yet a reason to restart
-        status, body = get(f"{url}/readyz")
+        assert get_json(f"{url}/healthz")[0] == 200  # reconnecting: not yet a reason to restart
+        status, body = get_json(f"{url}/readyz")
         assert status == 503 and body["problems"] == waiting
         problems.append("consumer c on q: thread is dead (stopped)")
-        status, body = get(f"{url}/healthz")
+        status, body = get_json(f"{url}/healthz")
         assert status == 503 and body["status"] == "down" and body["problems"] == problems
     finally:
         server.shutdown()

@@ -57,6 +57,9 @@ def test_every_model_has_a_gpu_trainer_and_a_cpu_trainer():
         assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
         assert gpu["build"]["target"] == "trainer-cuda"
         assert "deploy" not in cpu and cpu["build"]["target"] == "trainer"
+        assert gpu["environment"]["MGRPO_TRAINER_NPROC"] == "1"  # issue 13: torchrun ranks
+        assert gpu["environment"]["MGRPO_MODE"] == "distributed"  # the shared env is kept
+        assert "MGRPO_TRAINER_NPROC" not in cpu["environment"]
     profiled = {name for name, s in services.items() if "profiles" in s}
     assert profiled == {f"trainer-{m}{suffix}" for m in MODELS
                         for suffix in ("", "-cpu")} | {"prometheus", "grafana"}
@@ -170,3 +173,29 @@ def test_workers_have_replicas_and_trainers_stay_one_per_model():
         if name.startswith("trainer-"):
             assert "replicas" not in service.get("deploy", {}), name
             assert "container_name" not in service
+
+
+def gpu_rank_errors(doc: dict) -> list[str]:
+    """A gpu trainer whose torchrun ranks (MGRPO_TRAINER_NPROC) differ from its GPUs."""
+    errors = []
+    for name, service in doc["services"].items():
+        nproc = (service.get("environment") or {}).get("MGRPO_TRAINER_NPROC")
+        if nproc is None:
+            continue
+        devices = service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        if int(nproc) != len(devices):
+            errors.append(f"{name}: {nproc} ranks on {len(devices)} GPUs {devices}")
+    return errors
+
+
+def test_multi_gpu_trainer_ranks_match_its_gpus():
+    """Issue 13: DEPLOY_TRAINER_NPROC_PLANNER=2 without a second GPU in device_ids is caught;
+    with two listed it passes."""
+    raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    env = {**read_env_file(ROOT / ".env.example"), "DEPLOY_TRAINER_NPROC_PLANNER": "2"}
+    assert gpu_rank_errors(compose()) == []
+    doc = interpolate(copy.deepcopy(raw), env)
+    assert gpu_rank_errors(doc) == ["trainer-planner: 2 ranks on 1 GPUs ['0']"]
+    doc["services"]["trainer-planner"]["deploy"]["resources"]["reservations"]["devices"][0][
+        "device_ids"] = ["0", "1"]
+    assert gpu_rank_errors(doc) == [] and schema_errors(doc) == []

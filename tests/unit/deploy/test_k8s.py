@@ -71,6 +71,8 @@ def test_gpu_overlay_gives_each_trainer_one_gpu_and_the_cuda_image():
             assert gpus == "1", name
             assert container["image"] == "mgrpo/trainer-cuda:0.1.0"
             assert container_env(container, objects)["MGRPO_DEVICE"] == "cuda"
+            # issue 13: as many torchrun ranks as GPUs
+            assert container_env(container, objects)["MGRPO_TRAINER_NPROC"] == gpus, name
             assert {"key": "nvidia.com/gpu", "operator": "Exists",
                     "effect": "NoSchedule"} in spec["tolerations"]
         else:

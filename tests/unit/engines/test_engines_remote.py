@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import httpx
 import pytest
 import torch
-import uvicorn
+from serving import running_server
 
 from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.engines.openai_server import create_app
@@ -17,29 +13,21 @@ from mgrpo.engines.remote import RemoteEngine, RemoteEngineError
 from mgrpo.engines.torch_engine import TorchEngine
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def served(tiny):
     model, tok = tiny
     engine = TorchEngine(model, tok)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, tok, "tiny"), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield engine, f"http://127.0.0.1:{port}", tok
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running_server(create_app(engine, tok, "tiny")) as url:
+        yield engine, url, tok
+
+
+@pytest.fixture
+def served_raw(tiny):
+    """The stand-in server reporting T = 1 logprobs, as ``vllm serve`` does by default."""
+    model, tok = tiny
+    engine = TorchEngine(model, tok)
+    with running_server(create_app(engine, tok, "tiny", logprobs_mode="raw_logprobs")) as url:
+        yield engine, url, tok
 
 
 def _requests(tok):
@@ -116,3 +104,45 @@ def test_refresh_weights_gives_a_remote_engine_the_plain_folder(served, tiny_dir
     assert torch.equal(local.model.model.embed_tokens.weight, fresh)  # the folder's, again
     remote.close()
     store.close()
+
+
+def _teacher_forced(model, completion, temperature):
+    from mgrpo.models.logprobs import token_logprobs
+
+    ids = torch.tensor([completion.prompt_ids + completion.completion_ids])
+    with torch.no_grad():
+        logp = token_logprobs(model, ids, temperature=temperature)[0]
+    return logp[len(completion.prompt_ids):].tolist()
+
+
+def test_recorded_logprobs_are_those_of_the_distribution_sampled(served):
+    """At T = 0.5 the recorded logprobs are log_softmax(logits / 0.5) of the sampled tokens
+    (what the trainer trains), not the T = 1 ones."""
+    local, url, tok = served
+    remote = RemoteEngine(url, model="tiny")
+    request = GenerationRequest([40, 41, 42, 43], SamplingParams(temperature=0.5,
+                                                                 max_new_tokens=6, seed=3))
+    got = remote.generate([request])[0]
+    assert got.logprobs == pytest.approx(_teacher_forced(local.model, got, 0.5), abs=1e-5)
+    assert max(abs(a - b) for a, b in zip(got.logprobs, _teacher_forced(local.model, got, 1.0),
+                                          strict=True)) > 1e-3
+    remote.close()
+
+
+def test_a_server_reporting_t1_logprobs_is_refused_when_t_is_not_1(served_raw):
+    """vllm serve's default (raw_logprobs) reports T = 1 logprobs whatever the request's T:
+    training on them would train a distribution that was not sampled, so RemoteEngine
+    refuses, saying how to fix the server. At T = 1 and greedy the two agree: no refusal."""
+    local, url, tok = served_raw
+    remote = RemoteEngine(url, model="tiny")
+    prompt = [40, 41, 42, 43]
+    at_one = remote.generate([GenerationRequest(prompt, SamplingParams(max_new_tokens=4,
+                                                                       seed=1))])[0]
+    assert at_one.logprobs == pytest.approx(_teacher_forced(local.model, at_one, 1.0),
+                                            abs=1e-5)
+    remote.generate([GenerationRequest(prompt, SamplingParams(temperature=0.0,
+                                                              max_new_tokens=4))])
+    with pytest.raises(RemoteEngineError, match="logprobs-mode processed_logprobs"):
+        remote.generate([GenerationRequest(prompt, SamplingParams(temperature=0.7,
+                                                                  max_new_tokens=4, seed=1))])
+    remote.close()

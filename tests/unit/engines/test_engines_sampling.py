@@ -88,3 +88,16 @@ def test_sort_free_is_taken_only_without_top_k_or_top_p():
     zero = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]])
     gen = make_generator(0)
     assert {int(sample_next(zero, [plain], [gen])[0]) for _ in range(300)} == {0, 2}
+
+
+def test_uniforms_drawn_at_once_equal_one_draw_per_step_on_cpu():
+    from mgrpo.engines.sampling import draw_uniforms
+
+    gens = [make_generator(s) for s in (1, 2, 3)]
+    table = draw_uniforms(gens, [5, 0, 40])
+    assert table.shape == (3, 40)
+    for seed, n, row in zip((1, 2, 3), [5, 0, 40], table, strict=True):
+        gen = make_generator(seed)
+        one_by_one = [torch.rand((), generator=gen) for _ in range(n)]
+        assert row[:n].tolist() == [float(u) for u in one_by_one]
+        assert not row[n:].any()

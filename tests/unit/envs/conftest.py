@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from envs_testkit import small_config
+from benchmark_sizes import small_bench_config
 
 from mgrpo.envs import build_benchmark
 
 
 @pytest.fixture(scope="session")
 def small_bench():
-    return build_benchmark(small_config())
+    return build_benchmark(small_bench_config())
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from envs_testkit import small_config
+from benchmark_sizes import small_bench_config
 
 from mgrpo.envs import (
     BenchmarkConfig,
@@ -35,8 +35,8 @@ def test_same_seed_gives_byte_identical_files(tmp_path):
 
 
 def test_different_seed_gives_different_questions(tmp_path):
-    build_benchmark(small_config(1)).save(tmp_path / "a")
-    build_benchmark(small_config(2)).save(tmp_path / "b")
+    build_benchmark(small_bench_config(1)).save(tmp_path / "a")
+    build_benchmark(small_bench_config(2)).save(tmp_path / "b")
     assert not filecmp.cmp(tmp_path / "a/questions/test.jsonl",
                            tmp_path / "b/questions/test.jsonl", shallow=False)
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envs_testkit import SMALL
+from benchmark_sizes import SMALL
 from typer.testing import CliRunner
 
 from mgrpo.cli.main import app

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sandbox_testkit import SANDBOX_MODES, running_server
+from sandbox_testkit import SANDBOX_MODES
+from serving import running_server
 
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import SandboxServiceSettings

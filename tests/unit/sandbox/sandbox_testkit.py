@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
 from mgrpo.sandbox.isolation import JAIL_MODES, detect_isolation, mode_works
 
@@ -21,32 +16,6 @@ needs_jail = pytest.mark.skipif(
     not any(m in JAIL_MODES for m in SANDBOX_MODES),
     reason=f"isolation here is {detect_isolation()!r}: file-system/uid/IPC properties need "
            f"one of {JAIL_MODES}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running_server(app) -> Iterator[str]:
-    """Serve `app` with a real uvicorn on a free port; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def sandbox_uid_processes(uid_low: int, uid_high: int) -> list[int]:

@@ -9,11 +9,12 @@ import time
 
 import httpx
 import pytest
-from sandbox_testkit import free_port, running_server
+from serving import running_server
 
 from mgrpo.sandbox.client import SandboxClient, SandboxUnavailable
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
+from mgrpo.services.launcher import free_port
 from services.sandbox.app import create_app
 
 

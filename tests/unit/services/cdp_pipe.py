@@ -25,6 +25,18 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def require_chromium() -> None:
+    """In a test: fail under ``CI=true`` (a required part is missing), else skip, when
+    Chromium is not installed."""
+    import pytest
+
+    if chromium_path() is None:
+        message = "chromium is not installed (make browser-deps installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 class Browser:
     """One headless Chromium with one page (``open``); close with :meth:`close`."""
 
@@ -93,13 +105,15 @@ class Browser:
         self.session = self.send("Target.attachToTarget", {"targetId": target["targetId"],
                                                            "flatten": True},
                                  session=False)["sessionId"]
-        width, height = self.size
-        self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
-                                                         "deviceScaleFactor": 1,
-                                                         "mobile": False})
+        self._viewport(*self.size)
         self.send("Page.navigate", {"url": url})
         self.wait_for(f"location.href === {json.dumps(url)} && "
                       "document.readyState === 'complete'", what=f"{url} to load")
+
+    def _viewport(self, width: int, height: int) -> None:
+        self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                         "deviceScaleFactor": 1,
+                                                         "mobile": False})
 
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", {"expression": expression,
@@ -123,9 +137,26 @@ class Browser:
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what or expression} (last: {value!r})")
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", {"format": "png",
-                                                    "captureBeyondViewport": False})["data"]
+    def screenshot(self, path: Path, selector: str | None = None) -> Path:
+        """The viewport, or with ``selector`` only that element, whole: the viewport is first
+        made as tall as the page (so nothing is laid out again while capturing)."""
+        params: dict = {"format": "png", "captureBeyondViewport": False}
+        if selector is not None:
+            width, height = self.size
+            full = self.evaluate("document.documentElement.scrollHeight")
+            self._viewport(width, max(height, int(full)))
+            time.sleep(0.5)  # the new layout
+            box = self.evaluate(f"(r => r && {{x: r.left + scrollX, y: r.top + scrollY, "
+                                f"width: r.width, height: r.height}})(document.querySelector("
+                                f"{json.dumps(selector)})?.getBoundingClientRect())")
+            if not box:
+                raise AssertionError(f"no element {selector!r} to take a screenshot of")
+            params["clip"] = {**box, "scale": 1}
+        try:
+            data = self.send("Page.captureScreenshot", params)["data"]
+        finally:
+            if selector is not None:
+                self._viewport(*self.size)
         path.write_bytes(base64.b64decode(data))
         return path
 

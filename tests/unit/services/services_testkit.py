@@ -1,10 +1,10 @@
 """Helpers for the services tests (a plain module: conftest files are not importable).
 
-``scripted_engine`` is an ``MGRPO_ENGINE`` factory: a deterministic protocol-following policy
-in place of a random tiny model, so plumbing tests see real delegations (to two sub-agent
-types, with d_k varying by rollout) without an SFT warm start. Trainers still load and update
-the real tiny model from the same folder.
-"""
+``in_process_services`` starts the distributed round's services in one process (in-memory
+bus, SQLite store). ``scripted_engine`` is an ``MGRPO_ENGINE`` factory: a deterministic
+protocol-following policy in place of a random tiny model, so plumbing tests see real
+delegations (to two sub-agent types, with d_k varying by rollout) without an SFT warm start.
+Trainers still load and update the real tiny model from the same folder."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -81,9 +82,31 @@ def scripted_engine(path: str, device: str):
     return None, tokenizer, ScriptedPolicy(tokenizer)
 
 
+class VariedPolicy(ScriptedPolicy):
+    """The scripted policy, but the planner's final answer is malformed when its turn's seed
+    is odd: a query's rollouts then differ in format reward, so a trained planner moves (with
+    :class:`ScriptedPolicy` its rollouts of a query always score alike: advantages 0)."""
+
+    @staticmethod
+    def turn(text: str, seed: int) -> str:
+        out = ScriptedPolicy.turn(text, seed)
+        if "<|planner|>" in text and out.startswith("<answer>") and seed % 2:
+            return "the answer is probably 42"
+        return out
+
+
+def varied_engine(path: str, device: str):
+    """``MGRPO_ENGINE=services_testkit:varied_engine``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return None, tokenizer, VariedPolicy(tokenizer)
+
+
 PLANNER_GATE = threading.Event()  # cleared: the planner's turns wait (a slow model)
 PLANNER_GATE.set()
 PLANNER_BATCHES: list[int] = []  # rows of each planner generate call
+PLANNER_HOLD: list[str] = []  # not empty: only planner prompts holding one of these wait
 
 
 class GatedPolicy(ScriptedPolicy):
@@ -94,7 +117,8 @@ class GatedPolicy(ScriptedPolicy):
         first = self.tokenizer.decode(requests[0].prompt_ids, skip_special_tokens=False)
         if "<|planner|>" in first:
             PLANNER_BATCHES.append(len(requests))
-            PLANNER_GATE.wait(timeout=300)
+            if not PLANNER_HOLD or any(text in first for text in PLANNER_HOLD):
+                PLANNER_GATE.wait(timeout=300)
         return super().generate(requests)
 
 
@@ -106,32 +130,15 @@ def gated_engine(path: str, device: str):
     return None, tokenizer, GatedPolicy(tokenizer)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LOAD_GATE = threading.Event()  # cleared: loading the model waits (a model slow to load)
+LOAD_GATE.set()
 
 
-@contextlib.contextmanager
-def running_server(app) -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on a free port (in a thread); yields its base URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(400):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+def slow_loading_engine(path: str, device: str):
+    """``MGRPO_ENGINE=services_testkit:slow_loading_engine``: the scripted policy, but loading
+    it waits for ``LOAD_GATE`` (at most 300 s), as a large model's load takes minutes."""
+    LOAD_GATE.wait(timeout=300)
+    return scripted_engine(path, device)
 
 
 def raw_http(url: str, head: str, body_chunks=(), timeout: float = 10.0) -> tuple[int, int]:
@@ -186,3 +193,77 @@ def write_run_config(path: Path, tiny: Path, bench: Path, *, name: str = "svc", 
                            "max_new_tokens": 16}}
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def embedded_settings(root: Path, run_config: Path, **extra):
+    """Settings of the in-process services: a SQLite store and checkpoints under ``root``,
+    the scripted policy (``extra`` overrides or adds fields, e.g. ``engine``, ``api_token``)."""
+    from mgrpo.config import Settings
+
+    fields = {"mode": "embedded", "database_url": f"sqlite:///{root}/store.db",
+              "checkpoint_uri": str(root / "ckpt"), "run_config": str(run_config),
+              "engine": "services_testkit:scripted_engine", **extra}
+    return Settings(**fields)
+
+
+@dataclass
+class Services:
+    settings: object
+    cfg: object
+    store: object
+    bus: object
+    planner: object
+    trainers: dict = field(default_factory=dict)  # model -> TrainerService
+
+
+def in_memory_backend(settings):
+    """What the planner needs besides itself, in this process: the run config, the settings'
+    store and an in-memory bus on it with the searcher and coder workers started; (cfg,
+    store, bus)."""
+    from mgrpo.bus import InMemoryBus
+    from mgrpo.services.context import load_service_config, open_store
+    from mgrpo.services.subagent_worker import SubagentWorker
+
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = InMemoryBus(store)
+    for name, tool in (("searcher", "search"), ("coder", "python")):
+        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    return cfg, store, bus
+
+
+@contextlib.contextmanager
+def in_process_services(settings, *, trainers=("planner", "searcher", "coder"),
+                        poll_s: float = 0.1) -> Iterator[Services]:
+    """The distributed round's services in this process: an in-memory bus on the settings'
+    store, the searcher and coder workers, the planner worker and a trainer per model in
+    ``trainers`` (safety-net poll every ``poll_s``). On exit the trainers stop, then the bus
+    and the store close."""
+    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.trainer import TrainerService
+
+    cfg, store, bus = in_memory_backend(settings)
+    planner = PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus))
+    planner.start()
+    started = {m: TrainerService(settings, cfg, store, bus, m, poll_s=poll_s)
+               for m in trainers}
+    for trainer in started.values():
+        trainer.start()
+    try:
+        yield Services(settings, cfg, store, bus, planner, started)
+    finally:
+        for trainer in started.values():
+            trainer.stop()
+        bus.close()
+        store.close()
+
+
+def wait_done(store, round_id: str, timeout_s: float = 120.0) -> str:
+    """The round's status once it is done, failed or cancelled, or after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = store.get_round(round_id).status
+        if status in ("done", "failed", "cancelled"):
+            return status
+        time.sleep(0.1)
+    return store.get_round(round_id).status

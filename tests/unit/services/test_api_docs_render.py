@@ -13,7 +13,7 @@ import shutil
 import subprocess
 
 import pytest
-from services_testkit import running_server
+from serving import running_server
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",

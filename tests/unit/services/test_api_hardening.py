@@ -11,14 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import services_testkit as kit
-from services_testkit import make_bench, make_tiny, raw_http, running_server, write_run_config
+from services_testkit import (
+    in_memory_backend,
+    make_bench,
+    make_tiny,
+    raw_http,
+    write_run_config,
+)
+from serving import running_server
 
-from mgrpo.bus import InMemoryBus
 from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.context import load_service_config, open_store
-from mgrpo.services.subagent_worker import SubagentWorker
+from mgrpo.training.config import StageConfig
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -35,11 +40,7 @@ def api(tmp_path_factory):
                         run_config=str(cfg_path), api_token=TOKEN,
                         engine="services_testkit:gated_engine",
                         max_queries_in_flight=IN_FLIGHT, max_body_bytes=BODY_LIMIT)
-    cfg = load_service_config(settings)
-    store = open_store(settings)
-    bus = InMemoryBus(store)
-    for name, tool in (("searcher", "search"), ("coder", "python")):
-        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    cfg, store, bus = in_memory_backend(settings)
     state = ApiState(settings, cfg, store, bus)
     with running_server(create_app(state)) as url:
         yield url, state
@@ -95,8 +96,30 @@ def test_a_round_larger_than_the_training_pool_is_refused(api):
                                                     "queries_per_round": pool + 1},
                           headers=AUTH)
     assert response.status_code == 422, response.text
-    assert f"training pool ({pool} questions" in response.json()["message"]
+    assert f"training pool of curriculum stage 1 ({pool} questions" in response.json()["message"]
     assert httpx.get(f"{url}/v1/rounds", params={"run_id": "too-big"}).json() == []
+
+
+def test_every_curriculum_stage_pool_is_checked_not_only_the_first(api):
+    """Stage 1 here draws from benchmark stage 2 (39 questions), stage 2 from benchmark
+    stage 1 (21): B=30 fits the first stage only, so the round is refused up front."""
+    url, state = api
+    bench = state.benchmark()
+    big, small = (len(bench.questions("train", stage=s)) for s in (2, 1))
+    assert small < big
+    original = state.cfg
+    state.cfg = original.model_copy(update={"stages": [
+        StageConfig(stage=2, rounds=1), StageConfig(stage=1, rounds=1)]})
+    try:
+        response = httpx.post(f"{url}/v1/rounds", json={"run_id": "stage-two-too-small",
+                                                        "queries_per_round": small + 1},
+                              headers=AUTH)
+    finally:
+        state.cfg = original
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert f"training pool of curriculum stage 2 ({small} questions" in message
+    assert httpx.get(f"{url}/v1/rounds", params={"run_id": "stage-two-too-small"}).json() == []
 
 
 def test_a_declared_huge_body_is_413_before_it_is_sent_or_the_token_checked(api):
@@ -154,12 +177,37 @@ def test_queries_beyond_the_limit_get_429_while_health_and_reads_answer(api):
     assert math.isfinite(state.batcher.last_batch_s)
 
 
+def evaluate(url: str, body: dict, timeout_s: float = 300.0) -> dict:
+    """Start an evaluation (202), poll it until it is no longer running; its last state."""
+    started = httpx.post(f"{url}/v1/evaluations", json=body, headers=AUTH, timeout=60)
+    assert started.status_code == 202, started.text
+    assert started.headers["Location"] == f"/v1/evaluations/{started.json()['evaluation_id']}"
+    deadline = kit.time.monotonic() + timeout_s
+    while kit.time.monotonic() < deadline:
+        job = httpx.get(f"{url}{started.headers['Location']}", timeout=60).json()
+        if job["status"] != "running":
+            return job
+        kit.time.sleep(0.1)
+    raise AssertionError(f"evaluation still running after {timeout_s} s: {job}")
+
+
 def test_a_second_evaluation_of_the_same_questions_answers(api):
     """Sub-agents drop a call id they answered before; evaluations used fixed ids, so the
     second one waited out every delegation's 300 s time-out."""
     url = api[0]
     body = {"n_questions": 3, "split": "test"}
-    first = httpx.post(f"{url}/v1/evaluations", json=body, headers=AUTH, timeout=120)
-    second = httpx.post(f"{url}/v1/evaluations", json=body, headers=AUTH, timeout=120)
-    assert (first.status_code, second.status_code) == (200, 200), second.text
-    assert first.json() == second.json()  # same questions, same seeds, same weights
+    first, second = evaluate(url, body), evaluate(url, body)
+    assert (first["status"], second["status"]) == ("done", "done"), second
+    assert first["played"] == first["n_questions"] == 3
+    assert first["result"] == second["result"]  # same questions, seeds and weights
+    assert first["result"]["n"] == 3
+
+
+def test_evaluation_ids_unknown_and_malformed(api):
+    url = api[0]
+    response = httpx.get(f"{url}/v1/evaluations/{'0' * 32}")
+    assert response.status_code == 404 and "does not exist" in response.json()["detail"]
+    response = httpx.get(f"{url}/v1/evaluations/..%2Fx")
+    assert response.status_code in (404, 422)
+    assert httpx.get(f"{url}/v1/evaluations/nothex").status_code == 422
+    assert httpx.post(f"{url}/v1/evaluations", json={}).status_code == 401

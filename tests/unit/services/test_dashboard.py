@@ -12,7 +12,8 @@ import os
 
 import httpx
 import pytest
-from services_testkit import make_bench, make_tiny, running_server
+from services_testkit import make_bench, make_tiny
+from serving import running_server
 
 from mgrpo.training.config import RunConfig
 
@@ -112,15 +113,12 @@ def test_embedded_ui_is_read_only(ui_url):
 
 
 def test_browser_sees_a_new_point_and_opens_a_trace(embedded_run, ui_url, tmp_path):
-    from cdp_pipe import Browser, chromium_path
+    from cdp_pipe import Browser, require_chromium
     from PIL import Image
 
     from mgrpo.training.loop import run_training
 
-    if chromium_path() is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium is not installed (make browser-deps installs it)")
-        pytest.skip("chromium is not installed (make browser-deps installs it)")
+    require_chromium()
     series = ('document.querySelector(\'[data-chart="reward"] '
               '[data-key="planner/reward_mean"]\')?.dataset.points')
     browser = Browser(tmp_path / "profile")
@@ -157,7 +155,7 @@ def test_mgrpo_ui_command_serves_the_run(embedded_run, tmp_path):
     import sys
     import time
 
-    from services_testkit import free_port
+    from mgrpo.services.launcher import free_port
 
     cli = [sys.executable, "-m", "mgrpo.cli.main", "ui"]
     bad = subprocess.run([*cli, str(tmp_path)], capture_output=True, text=True, timeout=120)
@@ -179,3 +177,47 @@ def test_mgrpo_ui_command_serves_the_run(embedded_run, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_embedded_round_in_progress_shows_running(embedded_run, tmp_path):
+    """The embedded loop opens a round before sampling it: the dashboard must show it as
+    running (it showed ``pending`` until the round was done)."""
+    from mgrpo.dashboard.embedded import ui_app
+    from mgrpo.envs import load_benchmark
+    from mgrpo.store import Store
+    from mgrpo.training.loop import open_round
+
+    cfg = embedded_run[1]
+    run_dir = tmp_path / "live"
+    run_dir.mkdir()
+    store = Store(f"sqlite:///{run_dir / 'store.db'}")
+    store.upgrade()
+    store.create_run("dash", "dash", cfg.model_dump(mode="json"))
+    questions = load_benchmark(cfg.bench_dir).questions("train", stage=1)[:2]
+    open_round(store, cfg, "dash", 0, questions)  # what run_round does before sampling
+    with running_server(ui_app(run_dir)) as url:
+        (live,) = httpx.get(f"{url}/v1/runs/dash/rounds", timeout=30).json()
+    assert live["status"] == "running"
+    assert store.get_round(live["round_id"]).started_at is not None
+    store.close()
+
+
+def test_chart_axis_labels_of_small_values_are_readable(ui_url, tmp_path):
+    """The logprob-mismatch chart's values are ~1e-7: its y labels read 0.000000 before."""
+    from cdp_pipe import Browser, require_chromium
+
+    require_chromium()
+    labels = ("[...drawChart('m', {a: %s}).querySelectorAll('svg > text')]"
+              ".map((t) => t.textContent)")
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(f"{ui_url}/ui?poll=300")
+        browser.wait_for("typeof drawChart === 'function'", what="the page script")
+        # y1, y0, then the x labels
+        assert browser.evaluate(labels % "[[0, 1e-7], [1, 3e-7]]") == [
+            "3.00e-7", "1.00e-7", "0", "1"]
+        assert browser.evaluate(labels % "[[0, 0], [1, 2.5e-7]]")[:2] == ["2.5e-7", "0"]
+        assert browser.evaluate(labels % "[[0, 0.1], [1, 0.9]]")[:2] == ["0.900", "0.100"]
+        assert browser.evaluate(labels % "[[0, 0], [1, 250000]]")[:2] == ["2.5e+5", "0"]
+    finally:
+        browser.close()

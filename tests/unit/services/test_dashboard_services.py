@@ -7,18 +7,18 @@ curves and shows an episode's sub-agent calls in the trace viewer."""
 from __future__ import annotations
 
 import os
-import time
 
 import httpx
 import pytest
-from services_testkit import make_bench, make_tiny, running_server, write_run_config
-
-from mgrpo.bus import InMemoryBus
-from mgrpo.config import Settings
-from mgrpo.services.context import load_service_config, open_store
-from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
-from mgrpo.services.subagent_worker import SubagentWorker
-from mgrpo.services.trainer import TrainerService
+from services_testkit import (
+    embedded_settings,
+    in_process_services,
+    make_bench,
+    make_tiny,
+    write_run_config,
+)
+from serving import running_server
+from waiting import wait_for
 
 TOKEN = "dash-token"
 
@@ -31,27 +31,11 @@ def api_url(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashsvc")
     cfg_path = write_run_config(root / "run.yaml", make_tiny(root / "tiny"),
                                 make_bench(root / "bench"), name="svcdash", k=2, queries=2)
-    settings = Settings(mode="embedded", database_url=f"sqlite:///{root}/store.db",
-                        checkpoint_uri=str(root / "ckpt"), run_config=str(cfg_path),
-                        engine="services_testkit:scripted_engine", api_token=TOKEN,
-                        tensorboard_dir=str(root / "tb"))
-    cfg = load_service_config(settings)
-    store = open_store(settings)
-    bus = InMemoryBus(store)
-    for name, tool in (("searcher", "search"), ("coder", "python")):
-        SubagentWorker(settings, cfg, store, bus, name, tool).start()
-    PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus)).start()
-    trainers = [TrainerService(settings, cfg, store, bus, m, poll_s=0.1)
-                for m in ("planner", "searcher", "coder")]
-    for trainer in trainers:
-        trainer.start()
-    try:
-        with running_server(create_app(ApiState(settings, cfg, store, bus))) as url:
-            yield url, store, root / "tb"
-    finally:
-        for trainer in trainers:
-            trainer.stop()
-        bus.close()
+    settings = embedded_settings(root, cfg_path, api_token=TOKEN,
+                                 tensorboard_dir=str(root / "tb"))
+    with in_process_services(settings) as svc, \
+            running_server(create_app(ApiState(settings, svc.cfg, svc.store, svc.bus))) as url:
+        yield url, svc.store, root / "tb"
 
 
 def test_reads_need_no_token_and_starting_needs_one(api_url):
@@ -65,12 +49,9 @@ def test_reads_need_no_token_and_starting_needs_one(api_url):
 
 
 def test_browser_starts_a_round_with_the_token_and_traces_subagents(api_url, tmp_path):
-    from cdp_pipe import Browser, chromium_path
+    from cdp_pipe import Browser, require_chromium
 
-    if chromium_path() is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium is not installed (make browser-deps installs it)")
-        pytest.skip("chromium is not installed (make browser-deps installs it)")
+    require_chromium()
     submit = ("(() => { document.querySelector('#token').value = {token!r};"
               " document.querySelector('#start button').click(); return true; })()")
     api_url = api_url[0]
@@ -118,9 +99,7 @@ def test_trainers_write_tensorboard_per_run_and_model(api_url):
     if not store.list_rounds("svcdash"):  # run alone: start the round the browser test starts
         httpx.post(f"{url}/v1/rounds", json={}, timeout=60,
                    headers={"Authorization": f"Bearer {TOKEN}"}).raise_for_status()
-    deadline = time.monotonic() + 120
-    while store.list_rounds("svcdash")[0].status != "done" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: store.list_rounds("svcdash")[0].status == "done", 120, poll_s=0.2)
     round_id = store.list_rounds("svcdash")[0].round_id
     recorded = store.metrics("svcdash", round_id)[round_id]
     assert sorted(p.name for p in (tb / "svcdash").iterdir()) == ["coder", "planner", "searcher"]

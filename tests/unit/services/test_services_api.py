@@ -9,14 +9,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from services_testkit import make_bench, make_tiny, write_run_config
+from services_testkit import in_memory_backend, make_bench, make_tiny, write_run_config
 
-from mgrpo.bus import InMemoryBus
 from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.context import load_service_config, open_store
-from mgrpo.services.subagent_worker import SubagentWorker
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -31,11 +28,7 @@ def client(tmp_path_factory):
     settings = Settings(mode="distributed", database_url=f"sqlite:///{root}/store.db",
                         run_config=str(cfg_path), api_token=TOKEN,
                         engine="services_testkit:scripted_engine")
-    cfg = load_service_config(settings)
-    store = open_store(settings)
-    bus = InMemoryBus(store)
-    for name, tool in (("searcher", "search"), ("coder", "python")):
-        SubagentWorker(settings, cfg, store, bus, name, tool).start()
+    cfg, store, bus = in_memory_backend(settings)
     app = create_app(ApiState(settings, cfg, store, bus))
     with TestClient(app) as test_client:
         yield test_client

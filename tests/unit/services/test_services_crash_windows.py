@@ -1,7 +1,7 @@
 """Crash windows of the distributed round, driven step by step on a SQLite store: a worker
 "killed" (an exception) right after a given store call, then the redelivery. No broker and no
-model: the planner worker's per-episode hand-off (``PlannerWorker._finish``) is called with a
-scored episode built by hand."""
+model: the planner worker's hand-off of a played batch (``PlannerWorker._finish``: outcomes,
+d_k and completed rollouts in ONE transaction) is called with an episode built by hand."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ class Killed(Exception):
 
 
 class KillAfter:
-    """The store, except that the worker dies right AFTER ``method`` returns."""
+    """The store, except that the worker dies right AFTER ``method`` returns (``before``:
+    right before it is called)."""
 
-    def __init__(self, store: Store, method: str) -> None:
-        self._store, self._method = store, method
+    def __init__(self, store: Store, method: str, before: bool = False) -> None:
+        self._store, self._method, self._before = store, method, before
 
     def __getattr__(self, name):
         target = getattr(self._store, name)
@@ -39,9 +40,14 @@ class KillAfter:
             return target
 
         def call(*args, **kwargs):
-            target(*args, **kwargs)
+            if not self._before:
+                target(*args, **kwargs)
             raise Killed(name)
         return call
+
+
+def finish(worker: PlannerWorker, played: Episode) -> None:
+    worker._finish(worker.p.store.get_round(ROUND), worker.p.cfg, [played])
 
 
 def traj(agent: str, attempt: int, invocation: int = 0) -> Trajectory:
@@ -77,32 +83,51 @@ def store(tmp_path):
     store.close()
 
 
-def test_killed_right_after_complete_rollout_leaves_d_k_for_the_trainer(store):
-    """The old order (complete, THEN d_k) left a completed rollout without d_k here: its
-    sub-agent trainer waited for ever. Now complete_rollout is the last write."""
+def test_killed_right_after_finishing_leaves_d_k_for_the_trainer(store):
+    """An old order (complete, THEN d_k) left a completed rollout without d_k here: its
+    sub-agent trainer waited for ever. Now d_k and the completion commit together."""
     attempt = store.begin_attempt(ROUND, "q1", 0)
     store.ingest_trajectory(traj("searcher", attempt))
     with pytest.raises(Killed):
-        worker(KillAfter(store, "complete_rollout"))._finish(episode(attempt))
+        finish(worker(KillAfter(store, "finish_episodes")), episode(attempt))
     assert store.begin_attempt(ROUND, "q1", 0) is None  # the redelivery has nothing to do
     assert [(c.attempt, c.d) for c in store.observed_d(ROUND, "searcher")] == [(attempt, 1)]
     assert round_ready(store, ROUND, "searcher", ["searcher"])
 
 
-def test_killed_after_d_k_before_complete_the_new_attempt_counts(store):
-    """Attempt 0 writes d_k = 1 and dies before complete_rollout; the redelivery plays
-    attempt 1, which makes no call (d_k = 0). The trainer must expect 0, not 1."""
+def test_killed_before_finishing_the_new_attempt_counts(store):
+    """Attempt 0 made a call (its trajectory is in) and dies before its outcome, d_k = 1 and
+    completion commit; the redelivery plays attempt 1, which makes no call (d_k = 0). The
+    trainer must expect 0, not 1."""
     first = store.begin_attempt(ROUND, "q1", 0)
     store.ingest_trajectory(traj("searcher", first))
     with pytest.raises(Killed):
-        worker(KillAfter(store, "record_d_counts"))._finish(episode(first))
+        finish(worker(KillAfter(store, "finish_episodes", before=True)), episode(first))
     assert store.round_progress(ROUND).completed == 0
     second = store.begin_attempt(ROUND, "q1", 0)
     assert second == first + 1
     replay = episode(second)
     replay.trace = []
-    worker(store)._finish(replay)
+    finish(worker(store), replay)
     assert [(c.attempt, c.d) for c in store.observed_d(ROUND, "searcher")] == [(second, 0)]
     assert store.d_counts("searcher") == [0]
     assert round_ready(store, ROUND, "searcher", ["searcher"])
     assert store.round_trajectories(ROUND, "searcher") == []  # attempt 0's call is not read
+
+
+def test_finish_episodes_writes_all_or_nothing(store):
+    """Outcomes, d_k and completions are one transaction: an error after the outcomes were
+    written (a d_k without its attempt) leaves the rollout as it was."""
+    from mgrpo.store.records import DCount, PlannerOutcomeIn
+
+    attempt = store.begin_attempt(ROUND, "q1", 0)
+    outcome = PlannerOutcomeIn(query_id="q1", rollout=0, attempt=attempt, format_ok=True,
+                               correct=1.0, reward=1.0)
+    with pytest.raises(ValueError, match="with their attempt"):
+        store.finish_episodes(ROUND, [outcome], {"searcher": [DCount(query_id="q1", rollout=0,
+                                                                     d=1)]})
+    assert store.round_progress(ROUND).completed == 0
+    assert store.finish_episodes(ROUND, [outcome], {"searcher": [DCount(
+        query_id="q1", rollout=0, d=1, attempt=attempt)]}) == [True]
+    assert [(o.attempt, o.reward) for o in store.read_planner_outcomes(ROUND)] == [(attempt, 1.0)]
+    assert [(c.attempt, c.d) for c in store.observed_d(ROUND, "searcher")] == [(attempt, 1)]

@@ -6,20 +6,20 @@ replies are unparsable noise, which is exactly what the parse-failure metric mus
 
 from __future__ import annotations
 
-import time
-
 import yaml
-from services_testkit import make_bench, make_tiny, write_run_config
+from services_testkit import (
+    embedded_settings,
+    in_process_services,
+    make_bench,
+    make_tiny,
+    wait_done,
+    write_run_config,
+)
 
-from mgrpo.bus import InMemoryBus
-from mgrpo.config import Settings
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.judges import LLMExpertJudge
-from mgrpo.services.context import Queues, load_service_config, open_store
-from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.context import Queues
 from mgrpo.services.rounds import start_round
-from mgrpo.services.subagent_worker import SubagentWorker
-from mgrpo.services.trainer import TrainerService
 
 
 def test_distributed_round_uses_the_configured_llm_judges(tmp_path):
@@ -31,26 +31,10 @@ def test_distributed_round_uses_the_configured_llm_judges(tmp_path):
     data["judges"] = {"searcher": {"kind": "llm", "model": "searcher"},
                       "coder": {"kind": "llm", "model": "judge"}}
     cfg_path.write_text(yaml.safe_dump(data))
-    settings = Settings(mode="embedded", database_url=f"sqlite:///{tmp_path}/store.db",
-                        checkpoint_uri=str(tmp_path / "ckpt"), run_config=str(cfg_path),
-                        engine="services_testkit:scripted_engine")
-    cfg = load_service_config(settings)
-    store = open_store(settings)
-    bus = InMemoryBus(store)
-    for name, tool in (("searcher", "search"), ("coder", "python")):
-        SubagentWorker(settings, cfg, store, bus, name, tool).start()
-    PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus)).start()
-    trainers = {m: TrainerService(settings, cfg, store, bus, m, poll_s=0.1)
-                for m in ("planner", "searcher", "coder")}
-    for trainer in trainers.values():
-        trainer.start()
-    try:
+    with in_process_services(embedded_settings(tmp_path, cfg_path)) as svc:
+        cfg, store, bus, trainers = svc.cfg, svc.store, svc.bus, svc.trainers
         record = start_round(store, bus, cfg, Queues())
-        deadline = time.monotonic() + 120
-        while store.get_round(record.round_id).status not in ("done", "failed") \
-                and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert store.get_round(record.round_id).status == "done"
+        assert wait_done(store, record.round_id) == "done"
         metrics = store.metrics("judged", record.round_id)[record.round_id]
         for role in ("searcher", "coder"):
             trajs = store.round_trajectories(record.round_id, role)
@@ -66,8 +50,3 @@ def test_distributed_round_uses_the_configured_llm_judges(tmp_path):
         assert coder_judge.engine is not trainers["coder"].lm.engine
         # A trainer builds only its own roles' judges (never loads another role's model).
         assert not isinstance(trainers["searcher"].judge(cfg).for_role("coder"), LLMExpertJudge)
-    finally:
-        for trainer in trainers.values():
-            trainer.stop()
-        bus.close()
-        store.close()

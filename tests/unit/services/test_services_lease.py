@@ -10,27 +10,9 @@ import logging
 import threading
 import time
 
-import pytest
+from waiting import wait_for
 
 from mgrpo.services.lease import LeaseKeeper
-from mgrpo.store import Store
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/store.db")
-    store.upgrade()
-    yield store
-    store.close()
-
-
-def until(predicate, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_standby_waits_then_takes_over_an_expired_lease(store, caplog):
@@ -44,7 +26,7 @@ def test_standby_waits_then_takes_over_an_expired_lease(store, caplog):
     first.stop(release=False)  # dies: no release, no more renewals
     took = time.monotonic()
     assert not second.try_once()  # not expired yet: still refused
-    assert until(second.try_once)
+    assert wait_for(second.try_once, timeout_s=10.0, poll_s=0.02)
     waited = time.monotonic() - took
     assert store.get_lease("trainer:m").holder == "host:2:b"
     assert waited > 0.3, waited  # it waited for the expiry, not taken at once
@@ -55,7 +37,7 @@ def test_clean_release_hands_over_at_once_and_holder_view_expires(store):
     first = LeaseKeeper(store, "trainer:m", "a", ttl_s=3)
     second = LeaseKeeper(store, "trainer:m", "b", ttl_s=3)
     first.start()
-    assert until(first.held)
+    assert wait_for(first.held, timeout_s=10.0, poll_s=0.02)
     stop = threading.Event()
     threading.Timer(0.3, stop.set).start()
     second.start()

@@ -8,24 +8,26 @@ them, rewrote eco's ``planner/v000001`` and left the store's sha256 of it stale.
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import fsspec
 import pytest
 from fastapi.testclient import TestClient
-from services_testkit import ScriptedPolicy, make_bench, make_tiny, write_run_config
+from services_testkit import (
+    ScriptedPolicy,
+    embedded_settings,
+    in_process_services,
+    make_bench,
+    make_tiny,
+    wait_done,
+    write_run_config,
+)
 
-from mgrpo.bus import InMemoryBus
-from mgrpo.config import Settings
 from mgrpo.models.checkpoint import MANIFEST
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.context import Queues, load_service_config, open_store
-from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.context import Queues
 from mgrpo.services.rounds import start_round
-from mgrpo.services.subagent_worker import SubagentWorker
-from mgrpo.services.trainer import TrainerService
 from mgrpo.training.config import InitFrom
 
 MODELS = ("planner", "searcher", "coder")
@@ -56,33 +58,10 @@ def system(tmp_path_factory):
     tiny = make_tiny(root / "tiny")
     cfg_path = write_run_config(root / "run.yaml", tiny, make_bench(root / "bench"),
                                 name="eco", k=2, queries=2)
-    settings = Settings(mode="embedded", database_url=f"sqlite:///{root}/store.db",
-                        checkpoint_uri=str(root / "ckpt"), run_config=str(cfg_path),
-                        engine="test_services_run_isolation:recording_engine", api_token=TOKEN)
-    cfg = load_service_config(settings)
-    store = open_store(settings)
-    bus = InMemoryBus(store)
-    for name, tool in (("searcher", "search"), ("coder", "python")):
-        SubagentWorker(settings, cfg, store, bus, name, tool).start()
-    runtime = PlannerRuntime.build(settings, cfg, store, bus)
-    PlannerWorker(runtime).start()
-    trainers = [TrainerService(settings, cfg, store, bus, m, poll_s=0.1) for m in MODELS]
-    for trainer in trainers:
-        trainer.start()
-    yield settings, cfg, store, bus, tiny
-    for trainer in trainers:
-        trainer.stop()
-    bus.close()
-
-
-def wait_done(store, round_id: str, timeout_s: float = 120.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = store.get_round(round_id).status
-        if status in ("done", "failed", "cancelled"):
-            return status
-        time.sleep(0.1)
-    return store.get_round(round_id).status
+    settings = embedded_settings(root, cfg_path, api_token=TOKEN,
+                                 engine="test_services_run_isolation:recording_engine")
+    with in_process_services(settings, trainers=MODELS) as svc:
+        yield settings, svc.cfg, svc.store, svc.bus, tiny
 
 
 def play(system, run_id: str, **update) -> str:

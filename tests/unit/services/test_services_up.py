@@ -1,4 +1,5 @@
-"""``mgrpo up``: which services it starts for a run config (frozen models get no trainer)."""
+"""``mgrpo up``: which services it starts for a run config (a frozen model's trainer scores
+it: main-only metrics as in embedded mode)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def test_up_starts_one_process_per_service(tmp_path):
     assert commands["subagent-coder"] == ["serve", "subagent", "--name", "coder", "--tool",
                                           "python", "--model", "/m/tiny"]
     assert sorted(n for n in commands if n.startswith("trainer-")) == [
-        "trainer-planner", "trainer-searcher"]
+        "trainer-coder", "trainer-planner", "trainer-searcher"]
 
 
 def test_single_agent_runs_without_subagent_services(tmp_path):
@@ -32,17 +33,18 @@ def test_single_agent_runs_without_subagent_services(tmp_path):
     assert names == ["planner", "planner-worker", "trainer-single"]
 
 
-def test_preflight_refuses_at_grpo(tmp_path):
-    """The services cannot run AT-GRPO: ``up`` says so before starting anything."""
-    import pytest
+def test_at_grpo_runs_distributed_with_its_subagent_workers(tmp_path):
+    """AT-GRPO's sub-agent subtrees are played by the sub-agent workers (tree calls over the
+    bus): ``up`` starts them, and the services accept the algorithm (it was refused)."""
     import yaml
 
-    from mgrpo.cli.errors import UserError
-    from mgrpo.cli.up import preflight
+    from mgrpo.services.rounds import check_distributed
+    from mgrpo.training.config import load_run_config
 
     cfg = write_run_config(tmp_path / "run.yaml", Path("/m/tiny"), tmp_path)
     data = yaml.safe_load(cfg.read_text())
     data["algorithm"] = "at_grpo"
     cfg.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(UserError, match="at_grpo.*cannot run distributed"):
-        preflight(str(cfg), 8123)
+    check_distributed(load_run_config(cfg))
+    names = [n for n, _ in service_commands(str(cfg), 8123)]
+    assert {"subagent-searcher", "subagent-coder", "trainer-planner"} <= set(names)

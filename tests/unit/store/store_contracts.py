@@ -81,3 +81,97 @@ def lease_contract(store, name: str) -> None:
     assert store.acquire_lease(f"{name}-other", "b", ttl_s=30)  # names are independent
     with pytest.raises(ValueError, match="ttl_s"):
         store.acquire_lease(name, "a", ttl_s=0)
+
+
+def finish_episodes_contract(store, round_id: str) -> None:
+    """The planner worker's batch write: outcomes, d_k and completions in one transaction
+    of a few statements (multi-row; one UPDATE on PostgreSQL). Each rollout is won by the
+    first attempt that completes it, in a batch or alone; a batch replayed writes nothing."""
+    from mgrpo.store import DCount, PlannerOutcomeIn
+
+    store.create_run(round_id)
+    store.create_round(round_id, round_id, 0, ["q1", "q2"], 2)
+    assert store.complete_rollout(round_id, "q2", 0, 7)  # another attempt got there first
+
+    def outcome(query: str, rollout: int, attempt: int) -> PlannerOutcomeIn:
+        return PlannerOutcomeIn(query_id=query, rollout=rollout, attempt=attempt,
+                                format_ok=True, correct=float(rollout), reward=0.5)
+
+    batch = [outcome("q1", 0, 0), outcome("q2", 0, 0), outcome("q1", 1, 0), outcome("q2", 1, 0)]
+    counts = {"searcher": [DCount(query_id=o.query_id, rollout=o.rollout, attempt=0, d=i)
+                           for i, o in enumerate(batch)]}
+    assert store.finish_episodes(round_id, batch, counts) == [True, False, True, True]
+    assert store.finish_episodes(round_id, batch, counts) == [False] * 4
+    progress = store.round_progress(round_id)
+    assert (progress.total, progress.completed, progress.done) == (4, 4, True)
+    # the completing attempts' rows only (q2/0 is attempt 7's, which wrote none)
+    assert sorted((o.query_id, o.rollout, o.correct)
+                  for o in store.read_planner_outcomes(round_id)) == [
+        ("q1", 0, 0.0), ("q1", 1, 1.0), ("q2", 1, 1.0)]
+    assert sorted((c.query_id, c.rollout, c.d) for c in store.observed_d(round_id, "searcher")
+                  ) == [("q1", 0, 0), ("q1", 1, 2), ("q2", 1, 3)]
+    with pytest.raises(ValueError, match="with their attempt"):
+        store.finish_episodes(round_id, batch[:1], {"searcher": [DCount(
+            query_id="q1", rollout=0, d=1)]})
+
+
+def begin_attempts_contract(store, round_id: str) -> None:
+    """Attempt numbers of a batch, in its order: 0 for a fresh rollout, 1 for one begun
+    before, None for a completed one; a rollout named twice in a batch gets two numbers."""
+    store.create_run(round_id)
+    store.create_round(round_id, round_id, 0, ["q1", "q2"], 2)
+    assert store.begin_attempt(round_id, "q1", 1) == 0
+    assert store.complete_rollout(round_id, "q2", 0, 0)
+    batch = [(round_id, "q1", 0), (round_id, "q1", 1), (round_id, "q2", 0), (round_id, "q2", 1)]
+    assert store.begin_attempts(batch) == [0, 1, None, 0]
+    assert store.begin_attempts(batch[:1] * 2) == [1, 2]
+    assert store.begin_attempts([]) == []
+
+
+def evaluation_jobs_contract(store, prefix: str) -> None:
+    """Evaluation jobs: created running, progress and the end written only by their owner
+    while running, a job whose owner holds no unexpired lease swept to interrupted once."""
+    import hashlib
+    import time
+
+    def job_id(name: str) -> str:
+        return hashlib.md5(f"{prefix}/{name}".encode()).hexdigest()
+
+    lease = f"{prefix}-evaluation"
+    job_a, job_b, job_c = job_id("a"), job_id("b"), job_id("c")
+    assert store.get_evaluation(job_a) is None
+    created = store.create_evaluation(job_a, "owner-a", {"n_questions": 5, "split": "test"}, 5)
+    assert (created.status, created.played, created.owner) == ("running", 0, "owner-a")
+    assert store.acquire_lease(lease, "owner-a", ttl_s=30)
+    assert store.update_evaluation(job_a, "owner-a", played=3)
+    assert not store.update_evaluation(job_a, "owner-b", played=4)  # not b's job
+    assert store.get_evaluation(job_a).played == 3
+    assert store.interrupt_orphaned_evaluations(lease, "gone") == []  # a holds its lease
+    assert store.update_evaluation(job_a, "owner-a", played=5, status="done",
+                                   result={"n": 5, "accuracy": 0.4})
+    done = store.get_evaluation(job_a)
+    assert (done.status, done.played, done.result) == ("done", 5, {"n": 5, "accuracy": 0.4})
+    assert done.finished_at is not None and done.request == {"n_questions": 5, "split": "test"}
+    assert not store.update_evaluation(job_a, "owner-a", status="failed", error="late")
+    assert store.get_evaluation(job_a).status == "done"  # an ended job stays ended
+    with pytest.raises(ValueError, match="ends as one of"):
+        store.update_evaluation(job_a, "owner-a", status="running")
+
+    store.create_evaluation(job_b, "owner-b", {"n_questions": 2}, 2)
+    assert store.acquire_lease(lease, "owner-a", ttl_s=0.3)  # a's lease: b holds none
+    assert store.interrupt_orphaned_evaluations(lease, "owner-b is gone") == [job_b]
+    assert store.interrupt_orphaned_evaluations(lease, "again") == []  # swept once
+    swept = store.get_evaluation(job_b)
+    assert (swept.status, swept.error) == ("interrupted", "owner-b is gone")
+    assert swept.finished_at is not None
+    assert not store.update_evaluation(job_b, "owner-b", played=1)  # the dead owner's write
+    assert store.get_evaluation(job_b).played == 0
+
+    store.create_evaluation(job_c, "owner-a", {}, 1)
+    time.sleep(0.6)  # a's 0.3 s lease expired: a is dead
+    assert store.interrupt_orphaned_evaluations(lease, "expired") == [job_c]
+    newest = [job.evaluation_id for job in store.list_evaluations(limit=50)
+              if job.evaluation_id in (job_a, job_b, job_c)]
+    assert newest == [job_c, job_b, job_a]
+    assert [j.evaluation_id for j in store.list_evaluations(limit=50, status="done")
+            if j.evaluation_id in (job_a, job_b, job_c)] == [job_a]

@@ -32,7 +32,7 @@ def test_upgrade_reaches_head_and_is_repeatable(tmp_path):
     assert store.current_revision() is None
     store.upgrade()
     store.upgrade()
-    assert store.current_revision() == head_revision() == "0003"
+    assert store.current_revision() == head_revision() == "0004"
 
 
 def test_unsupported_url_is_refused_with_the_fix():
@@ -48,6 +48,29 @@ def test_create_round_writes_b_times_k_rollouts_once(store):
     assert [r.round_id for r in store.list_rounds("run")] == ["run/0"]
     with pytest.raises(ValueError, match="repeat an id"):
         store.create_round("run", "run/1", 1, ["a", "a"], 2)
+
+
+def test_create_round_with_its_queries_starts_running_in_one_commit(store):
+    """start_round's path: the queries' rows, the round already 'running' (started_at
+    stamped) and its rollouts, in one transaction (one commit, not three)."""
+    store.create_run("run")
+    commits: list[int] = []
+    from sqlalchemy import event
+
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    queries = [QueryRecord(query_id=q, question=f"what is {q}?", answer=q.upper(),
+                           meta={"kind": "lookup"}) for q in ("q1", "q2")]
+    assert store.create_round("run", "run/0", 0, ["q1", "q2"], 3, {}, queries=queries,
+                              running=True)
+    assert len(commits) == 1
+    info = store.get_round("run/0")
+    assert info.status == "running" and info.started_at is not None
+    assert store.get_query("q2").question == "what is q2?" and store.get_query("q2").answer == "Q2"
+    assert store.round_progress("run/0").total == 6
+    # a round that exists: nothing written, its queries included
+    assert not store.create_round("run", "run/0", 0, ["q1"], 1, {}, queries=[
+        QueryRecord(query_id="q1", question="changed", answer="x")], running=True)
+    assert store.get_query("q1").question == "what is q1?"
 
 
 def test_round_status_stamps_timings(store):
@@ -254,3 +277,21 @@ def test_lease_one_holder_renewal_and_takeover_after_expiry(store):
     from store_contracts import lease_contract
 
     lease_contract(store, "trainer:planner")
+
+
+def test_finish_episodes_writes_a_batch_and_first_attempt_wins(store):
+    from store_contracts import finish_episodes_contract
+
+    finish_episodes_contract(store, "round-finish")
+
+
+def test_begin_attempts_numbers_a_batch_in_order(store):
+    from store_contracts import begin_attempts_contract
+
+    begin_attempts_contract(store, "round-begin")
+
+
+def test_evaluation_jobs_owner_writes_and_orphans_swept(store):
+    from store_contracts import evaluation_jobs_contract
+
+    evaluation_jobs_contract(store, "sqlite")

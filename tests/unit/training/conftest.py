@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from training_testkit import small_bench_config
+from benchmark_sizes import small_bench_config
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,12 @@ from mgrpo.training.config import RunConfig, load_run_config
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXPECTED = {"embedded.yaml": "mgrpo", "distributed.yaml": "mgrpo", "at_grpo.yaml": "at_grpo",
             "single_agent.yaml": "grpo", "bring_your_own_model.yaml": "mgrpo"}
+# Demo recipes (DemoConfig, `mgrpo demo --config`), checked in test_training_demo_config.py.
+DEMO_CONFIGS = {"demo_full.yaml", "ablate_stage1_462.yaml"}
 
 
 def test_every_example_is_listed():
-    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted(EXPECTED)
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted({*EXPECTED, *DEMO_CONFIGS})
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -29,12 +31,12 @@ def test_example_loads_and_validates(name):
         assert all(m.path.startswith("runs/ckpt/") for m in cfg.models.values())
 
 
-def test_distributed_example_starts_no_trainer_for_the_frozen_coder():
+def test_distributed_example_starts_a_scoring_trainer_for_the_frozen_coder():
     from mgrpo.cli.up import service_commands
 
     names = [n for n, _ in service_commands(str(EXAMPLES / "distributed.yaml"), 8000)]
     assert names == ["planner", "planner-worker", "subagent-searcher", "subagent-coder",
-                     "trainer-planner", "trainer-searcher"]
+                     "trainer-planner", "trainer-searcher", "trainer-coder"]
 
 
 def test_embedded_example_trains_one_round(tmp_path, tiny_dir, bench_dir):

@@ -33,6 +33,11 @@ def test_two_rounds_write_the_store_and_csv(algorithm, tmp_path, tiny_dir, bench
         metrics = store.metrics("t", r.round_id)[r.round_id]
         assert 0.0 <= metrics["planner/accuracy"] <= 1.0 and metrics["time/rollout_s"] > 0
         assert "planner/grad_norm" in metrics  # the planner's trainer did update
+        # every sampled token of the round (all agents; AT-GRPO: all K candidates of every
+        # turn), the measure of issue 17.6's equal-token comparison
+        stored = [t for m in cfg.models for t in store.round_trajectories(r.round_id, m)]
+        assert metrics["rollout/generated_tokens"] == sum(sum(t.response_mask) for t in stored)
+        assert metrics["rollout/generated_tokens"] > 0
     with (tmp_path / "run" / "metrics.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert {row["round"] for row in rows} >= {"0", "1"}

@@ -12,7 +12,8 @@ from mgrpo.envs import protocol as P
 from mgrpo.envs.rewards import RuleExpertJudge
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
-from mgrpo.training.tree import TreeSampler, at_grpo_samples
+from mgrpo.training.tree import TreeSampler
+from mgrpo.training.tree_round import at_grpo_samples
 
 S3 = 3 ** 0.5  # K=4 with one winner: (1 - 1/4) / sqrt(3/16) = sqrt(3); losers -1/sqrt(3)
 

@@ -11,15 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
-from mgrpo.envs import BenchmarkConfig
-
-SMALL = {"train": {"city": 12, "person": 16, "company": 8},
-         "dev": {"city": 6, "person": 8, "company": 4},
-         "test": {"city": 6, "person": 8, "company": 4}}
-
-
-def small_bench_config(seed: int = 0) -> BenchmarkConfig:
-    return BenchmarkConfig(seed=seed, n_train=120, n_dev=40, n_test=40, entities=SMALL)
 
 
 def fake_logprob(position: int) -> float:

@@ -70,6 +70,9 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
     for module in (health, queries, rounds, evaluations, registry, dashboard):
         app.include_router(module.router)
     install_offline_docs(app, "mgrpo planner API")
+    # jobs of an API process that is gone: interrupted; this one's: interrupted when it stops
+    app.router.on_startup.append(state.evaluations.on_startup)
+    app.router.on_shutdown.append(state.evaluations.shutdown)
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)
     app.router.on_shutdown.append(lambda: state.batcher.close() if state.batcher else None)
     return app

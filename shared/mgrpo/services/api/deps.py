@@ -2,7 +2,9 @@
 
 :class:`ApiState` holds what the routes need: settings, the run config, the store, the bus
 and (built on first use, because it loads a model) the planner runtime. Tests build one with
-their own store and bus.
+their own store and bus. Each lazily built part has a lock of its own: the planner's model
+loads on the model thread under ``_planner_lock``, which nothing on the event loop or in a
+read takes, so a query or a round started while the model loads does not wait for it.
 
 Auth: mutating endpoints need ``Authorization: Bearer <MGRPO_API_TOKEN>``. No header: 401;
 a wrong token: 403; no token configured: 403 in distributed mode (the endpoints are off),
@@ -34,15 +36,24 @@ class ApiState:
     bench: Any = None
     batcher: Any = None  # QueryBatcher, built on the first query
     run_dir: Any = None  # Path of an embedded run (``mgrpo ui``): its metrics.csv is read too
-    evaluating: bool = False  # one evaluation at a time (event loop only)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    evaluations: Any = None  # EvaluationJobs (``evaluation_jobs``): evaluations in the store
+    _planner_lock: threading.Lock = field(default_factory=threading.Lock)
+    _batcher_lock: threading.Lock = field(default_factory=threading.Lock)
+    _bench_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.evaluations is None:
+            from mgrpo.services.api.evaluation_jobs import EvaluationJobs
+
+            self.evaluations = EvaluationJobs(self.store)
 
     @property
     def queues(self) -> Queues:
         return Queues(self.settings.queue_prefix)
 
     def planner_runtime(self):
-        with self._lock:
+        """The planner's model and dispatch; loads the model the first time (model thread)."""
+        with self._planner_lock:
             if self.planner is None:
                 from mgrpo.services.planner_worker import PlannerRuntime, new_reply_suffix
 
@@ -51,8 +62,8 @@ class ApiState:
             return self.planner
 
     def query_batcher(self):
-        """The queries' admission gate and model thread (see ``query_batcher``)."""
-        with self._lock:
+        """The admission gate and the model thread (``query_batcher``); cheap to build."""
+        with self._batcher_lock:
             if self.batcher is None:
                 from mgrpo.services.api.query_batcher import QueryBatcher
 
@@ -62,7 +73,7 @@ class ApiState:
             return self.batcher
 
     def benchmark(self):
-        with self._lock:
+        with self._bench_lock:
             if self.bench is None:
                 from mgrpo.envs import load_benchmark
 

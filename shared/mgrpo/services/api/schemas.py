@@ -55,9 +55,10 @@ def errors(*codes: int) -> dict:
     why = {400: "The body is not valid JSON (e.g. not UTF-8)",
            401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
            403: "Wrong token, or mutating endpoints disabled (no token configured)",
-           404: "No such round", 409: "A round of this run is still in progress",
+           404: "No such round or evaluation", 409: "A round of this run is still in progress",
            413: "Request body larger than MGRPO_MAX_BODY_BYTES",
-           429: "Too many requests in flight; retry after Retry-After seconds"}
+           429: "Too many requests in flight (or an evaluation already running); retry "
+                "after Retry-After seconds"}
     return {code: {"model": ErrorOut, "description": why[code]} for code in codes}
 
 
@@ -79,7 +80,7 @@ class RoundIn(_In):
     run_id: RunId | None = Field(None, description="Run to add the round to (default: "
                                  "config name).")
     queries_per_round: int | None = Field(None, ge=1, le=4096, description="B (default: "
-                                          "config); at most the training pool's size.")
+                                          "config); at most each curriculum stage's training pool.")
     k: int | None = Field(None, ge=2, le=64, description="Rollouts per query (default: config).")
     init_from: InitFrom | None = Field(
         None, description="Start a NEW run from another run's checkpoints (default: the "
@@ -113,7 +114,24 @@ class EvaluationOut(BaseModel):
     n: int
     accuracy: float
     format_valid: float
-    weights_version: int
+    weights_version: int = Field(description="The newest planner weights version any of its "
+                                 "episodes used (weights are refreshed before each batch).")
+
+
+class EvaluationJobOut(BaseModel):
+    evaluation_id: str
+    status: Literal["running", "done", "failed", "interrupted"] = Field(
+        description="interrupted: the API process that ran it stopped before it ended (error "
+        "says so); start it again.")
+    split: Literal["train", "dev", "test"]
+    greedy: bool
+    n_questions: int = Field(description="Questions in this evaluation (at most the "
+                             "requested number: the split may have fewer).")
+    played: int = Field(description="Episodes played so far.")
+    result: EvaluationOut | None = Field(None, description="Once status is done.")
+    error: str | None = Field(None, description="Once status is failed or interrupted: why.")
+    created_at: datetime
+    finished_at: datetime | None = None
 
 
 class AgentOut(BaseModel):

@@ -14,6 +14,7 @@ from mgrpo.services.rounds import (
     RoundConflict,
     RoundRefused,
     cancel_round,
+    played_stages,
     round_summary,
     start_round,
 )
@@ -35,14 +36,15 @@ def _start(state, body: RoundIn) -> RoundOut:
                  if v is not None}
     cfg = state.cfg.model_copy(update=overrides)
     bench = state.benchmark()
-    stage = cfg.stages[0].stage if cfg.stages else None
-    pool = len(bench.questions("train", stage=stage))
-    if cfg.queries_per_round > pool:
-        raise RequestValidationError([{
-            "loc": ("body", "queries_per_round"), "type": "value_error",
-            "msg": f"queries_per_round={cfg.queries_per_round} is larger than the training "
-                   f"pool ({pool} questions in {cfg.bench_dir!r}, split train); ask for at "
-                   f"most {pool}"}])
+    for number, stage in played_stages(cfg):
+        pool = len(bench.questions("train", stage=stage))
+        if cfg.queries_per_round > pool:
+            raise RequestValidationError([{
+                "loc": ("body", "queries_per_round"), "type": "value_error",
+                "msg": f"queries_per_round={cfg.queries_per_round} is larger than the training "
+                       f"pool of curriculum stage {number} ({pool} questions in "
+                       f"{cfg.bench_dir!r}, split train, benchmark stage {stage}); ask for at "
+                       f"most {pool}"}])
     try:
         record = start_round(state.store, state.bus, cfg, state.queues, run_id=body.run_id,
                              bench=bench)

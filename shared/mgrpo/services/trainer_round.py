@@ -1,0 +1,136 @@
+"""One round of a trainer (part of :class:`mgrpo.services.trainer.TrainerService`): train its
+model on the round's trajectories, checkpoint, record metrics, publish, announce.
+
+- :meth:`RoundTraining.train_round`: :func:`mgrpo.training.rounds.train_model` (rewards; the
+  sub-agent side reads r_correct_main from the store's planner outcomes) or, for AT-GRPO,
+  ``tree_round.train_tree_model``; then an atomic, write-once checkpoint
+  ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
+  statistics (the "published" marker the round waits for), then the weights announcement.
+  A round whose checkpoint is already recorded (a restart after the write) is not applied
+  again: statistics are recomputed and re-published. A frozen model is scored only (no
+  update, checkpoint or announcement). A trainer that lost its lease raises
+  :class:`LeaseLost` before writing a checkpoint.
+- :meth:`RoundTraining.staleness`: the ``{model}/staleness_max`` metric (and the bound of
+  the asynchronous mode).
+- :meth:`RoundTraining.judge`: the round's r_expert judges, rebuilt when the config changes.
+
+What this module does NOT do: decide which round is ready or count failures
+(``trainer``, ``readiness``), or put a run's weights in the model (``trainer_weights``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mgrpo.algo.staleness import worst_staleness
+from mgrpo.bus.messages import WeightsAnnouncement
+from mgrpo.services.context import run_config_of, scored_models
+from mgrpo.services.tree_calls import is_tree_round
+from mgrpo.store import GroupStatIn
+from mgrpo.training.config import RunConfig
+from mgrpo.training.loop import publish_stats
+from mgrpo.training.rounds import observed_d, train_model
+from mgrpo.training.tree_round import train_tree_model
+
+log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
+
+
+class LeaseLost(RuntimeError):
+    """This trainer no longer holds its model's lease: another one may be training."""
+
+
+class RoundTraining:
+    """``TrainerService``'s round. Uses its ``settings``, ``store``, ``bus``, ``lm``, ``roles``,
+    ``frozen``, ``lease``/``_leased``, the sinks, ``activate``/``save_checkpoint``
+    (``trainer_weights``); keeps ``_judge`` and counts ``rounds_trained``."""
+
+    def train_round(self, record) -> dict[str, float]:
+        store, lm, round_id = self.store, self.lm, record.round_id
+        marks = [("start", time.perf_counter())]  # phase timings, logged at the end
+        cfg = run_config_of(record.config)
+        trajs = store.round_trajectories(round_id, lm.name)
+        outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
+        d_seen = observed_d(store, record.run_id, self.roles)
+        version = record.index + 1
+        marks.append(("read", time.perf_counter()))
+        self.activate(record.run_id, record.config)
+        marks.append(("activate", time.perf_counter()))
+        already = store.latest_checkpoint(lm.name, run_id=record.run_id)
+        applied = already is not None and already.round_id == round_id
+        stale = {} if applied or self.frozen else self.staleness(cfg, trajs)
+        optimizer, lm.optimizer = lm.optimizer, (None if applied else lm.optimizer)
+        lm.model.train()
+        try:
+            if is_tree_round(cfg, record.index):  # AT-GRPO: per-turn groups of K candidates
+                metrics, stats = train_tree_model(lm, self.roles, trajs, cfg, record.index)
+            else:
+                metrics, stats = train_model(lm, self.roles, trajs, outcomes, cfg,
+                                             self.judge(cfg), d_seen, record.index)
+        finally:
+            lm.optimizer = optimizer
+            lm.model.eval()
+        if self._leased and not self.lease.held():
+            raise LeaseLost(f"lease {self.lease.name} lost while training round {round_id}; "
+                            "no checkpoint written")
+        marks.append(("train", time.perf_counter()))
+        if not applied and not self.frozen:
+            self.save_checkpoint(version, round_id, record.run_id)
+        record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)
+        marks.append(("checkpoint", time.perf_counter()))
+        # Metrics before the group stats: "published" is what marks the round done (here or
+        # in another model's trainer), so a reader of a done round finds every model's
+        # metrics. The metric upsert is idempotent, so a retry after a crash here is safe.
+        recorded = {**metrics, **stale, f"{lm.name}/trajectories": float(len(trajs))}
+        store.record_metrics(record.run_id, round_id, recorded)
+        for sink in (self.tensorboard, self.wandb):
+            if sink is not None:
+                sink.log(record.run_id, record.index, recorded)
+        publish_stats(store, round_id, lm.name, stats)
+        if not stats:  # nothing to group (no calls this round): still say "published"
+            store.publish_group_stats(round_id, lm.name, self.roles[0],
+                                      [GroupStatIn(group_key="(none)", n=0, mean=0.0, std=0.0)],
+                                      published_by=f"trainer-{lm.name}")
+        if record_ck is not None and not self.frozen:
+            self.bus.announce_weights(WeightsAnnouncement(
+                model=lm.name, version=record_ck.version, uri=record_ck.uri,
+                sha256=record_ck.sha256, round_id=round_id))
+        if set(scored_models(record.config)) <= store.published_models(round_id):
+            store.set_round_status(round_id, "done")
+        self.rounds_trained += 1
+        marks.append(("publish", time.perf_counter()))
+        log.info("trainer %s: round %s %s on %d trajectories (v%d); seconds %s", lm.name,
+                 round_id, "scored" if self.frozen else "trained", len(trajs), lm.version,
+                 " ".join(f"{name} {t - marks[i][1]:.3f}"
+                          for i, (name, t) in enumerate(marks[1:])))
+        return metrics
+
+    def staleness(self, cfg: RunConfig, trajs: list) -> dict[str, float]:
+        """``{model}/staleness_max``: the trainer's version minus the oldest version that
+        sampled the round (read, not derived from the round index: rounds may have failed).
+        In the asynchronous mode (``max_staleness`` > 0) a sample beyond the bound fails the
+        round (:class:`~mgrpo.algo.staleness.StalenessExceeded`: admission control
+        should make that impossible)."""
+        versions = [t.weights_version for t in trajs]
+        if not versions:
+            return {}
+        bound = cfg.staleness(self.lm.name)
+        worst = worst_staleness(self.lm.name, self.lm.version, versions, bound) if bound \
+            else self.lm.version - min(versions)
+        return {f"{self.lm.name}/staleness_max": float(worst)}
+
+    def judge(self, cfg: RunConfig):
+        """The round's r_expert judges (``training.judging``), rebuilt only when the round's
+        ``judges``/``bench_dir`` differ from the last round's. An llm judge on this trainer's
+        own model uses its engine (current weights); any other model is loaded here."""
+        key = (cfg.bench_dir, repr(cfg.judges))
+        if self._judge is None or self._judge[0] != key:
+            from mgrpo.envs import load_benchmark
+            from mgrpo.training.judging import build_expert_judges
+
+            lm = self.lm
+            engines = {lm.name: (lm.engine, lm.tokenizer)} if lm is not None else {}
+            self._judge = (key, build_expert_judges(cfg, load_benchmark(cfg.bench_dir),
+                                                    engines, device=self.settings.device,
+                                                    roles=self.roles))
+        return self._judge[1]

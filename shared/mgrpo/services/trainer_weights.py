@@ -1,0 +1,141 @@
+"""The weights of a trainer's run (part of :class:`mgrpo.services.trainer.TrainerService`):
+which checkpoint is in the model, switching runs, writing a new version.
+
+- :class:`TrainedModel`: the model, tokenizer, engine and optimizer one trainer trains.
+- :func:`put_state`: a fresh Adam and the weights (plus optimizer state, when saved) of a
+  recorded checkpoint or of a folder; every rank of a torchrun trainer runs it.
+- :class:`RunWeights` (mixed into ``TrainerService``): :meth:`~RunWeights.activate` puts a
+  run's newest recorded checkpoint in the model (removing the leftovers of killed writes the
+  first time), :meth:`~RunWeights.save_checkpoint` writes optimizer state, then weights
+  (atomic, write-once), then the store record.
+
+What this module does NOT do: decide when to train or publish (``trainer_round``), serialize
+files (``mgrpo.models.checkpoint``, ``optimizer_state``, ``rank_checkpoint``), or run the
+other ranks of a torchrun job (``trainer_ranks``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from mgrpo.models.lora import trainable_parameters
+from mgrpo.services.context import folder_weights, initial_weights
+from mgrpo.services.optimizer_state import save_optimizer_state
+from mgrpo.services.rank_checkpoint import load_optimizer  # a .optimizer.pt or a DCP folder
+
+log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
+
+
+@dataclass
+class TrainedModel:
+    """The shape :func:`train_model` expects (``LoadedModel`` of embedded mode)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    engine: object
+    optimizer: torch.optim.Optimizer | None
+    version: int = 0
+    ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
+    ranks: object | None = None  # torchrun job (mgrpo.services.trainer_ranks.Ranks) or None
+
+
+def put_state(lm: TrainedModel, lr: float, checkpoint: tuple[str, int] | None,
+              source: str) -> bool:
+    """A fresh Adam (``lr``) and the weights of the recorded ``checkpoint`` (uri, version)
+    with its optimizer state, or, without one, of the folder ``source``. Returns whether Adam
+    moments were restored. Every rank of a torchrun trainer runs it (``trainer_ranks``)."""
+    if lm.optimizer is not None:
+        lm.optimizer = torch.optim.Adam(trainable_parameters(lm.model), lr=lr)
+    if checkpoint is None:
+        lm.engine.load_weights(folder_weights(source), 0)
+        return False
+    lm.engine.load_weights(*checkpoint)
+    return lm.optimizer is not None and load_optimizer(lm.model, lm.optimizer, checkpoint[0])
+
+
+class RunWeights:
+    """``TrainerService``'s run weights. Uses its ``settings``, ``cfg``, ``store`` and ``lm``;
+    keeps ``_weights_of`` ((run, source) in ``lm``, None when unknown) and ``_cleaned`` (runs
+    whose leftovers were removed)."""
+
+    def run_root(self, run_id: str) -> str:
+        from mgrpo.models.checkpoint import run_root
+
+        return run_root(self.settings.checkpoint_uri, run_id)
+
+    def activate(self, run_id: str, round_config: dict | None = None) -> None:
+        """Put ``run_id``'s newest recorded checkpoint (weights + optimizer state) in the
+        model, or, before the run has one, its initial weights with a fresh optimizer. A
+        no-op when they are in already. The first time, removes the leftovers of killed
+        writes of this model in this run."""
+        from mgrpo.models.checkpoint import clean_leftovers, discard_version, list_versions
+
+        lm, store = self.lm, self.store
+        record = store.latest_checkpoint(lm.name, run_id=run_id)
+        if run_id not in self._cleaned:
+            root = self.run_root(run_id)
+            removed = clean_leftovers(root, lm.name)
+            recorded = {c.version for c in store.list_checkpoints(lm.name, run_id=run_id)}
+            for version in list_versions(root, lm.name):
+                if version not in recorded:  # written, never committed: a killed trainer's
+                    discard_version(root, lm.name, version)
+                    removed.append(f"v{version:06d}")
+            if removed:
+                log.info("trainer %s: removed leftovers of killed writes in run %s: %s",
+                         lm.name, run_id, removed)
+            self._cleaned.add(run_id)
+        if round_config is None:
+            run = store.get_run(run_id)
+            round_config = dict(run.config) if run is not None else {}
+        source = record.uri if record is not None else initial_weights(store, lm.name,
+                                                                       round_config)
+        if self._weights_of == (run_id, source):
+            return
+        lr = round_config.get("models", {}).get(lm.name, {}).get(
+            "lr", self.cfg.models[lm.name].lr)
+        checkpoint = (record.uri, record.version) if record is not None else None
+        load = put_state if lm.ranks is None else lm.ranks.load  # torchrun: on every rank
+        moments = load(lm, lr, checkpoint, source)
+        if record is not None:
+            log.info("trainer %s: run %s resumes from v%d (%s)", lm.name, run_id,
+                     record.version, "with its optimizer state" if moments else
+                     "fresh optimizer state")
+        else:
+            log.info("trainer %s: run %s starts from %s", lm.name, run_id, source)
+        lm.version = lm.engine.version
+        self._weights_of = (run_id, source)
+
+    def save_checkpoint(self, version: int, round_id: str | None, run_id: str) -> str:
+        """Optimizer state, then the weights (atomic, write-once; the manifest names the
+        optimizer file and its sha256, and the parent the update started from), then the
+        store record: a checkpoint is recorded only when complete. Returns its URI."""
+        from mgrpo.models.checkpoint import MANIFEST, save_checkpoint, version_uri
+
+        lm, root = self.lm, self.run_root(run_id)
+        extra: dict = {"round_id": round_id, "run_id": run_id,
+                       "parent": self._weights_of[1] if self._weights_of else None}
+        if lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
+            uri = lm.ranks.save(lm, root, version, extra)
+        else:
+            if lm.optimizer is not None:
+                extra["optimizer"] = save_optimizer_state(lm.optimizer,
+                                                          version_uri(root, lm.name, version))
+            uri = save_checkpoint(lm.model, root, lm.name, version, tokenizer=lm.tokenizer,
+                                  extra=extra)
+        self.store.record_checkpoint(lm.name, version, uri, _sha256(f"{uri}/{MANIFEST}"),
+                                     round_id=round_id, run_id=run_id)
+        lm.engine.version = lm.version = version
+        self._weights_of = (run_id, uri)
+        return uri
+
+
+def _sha256(uri: str) -> str:
+    import fsspec
+
+    with fsspec.open(uri, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()

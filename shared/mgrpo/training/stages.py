@@ -1,0 +1,59 @@
+"""The stages of a run: which stage each round belongs to, and a stage's training pool
+(difficulty-filtered when the stage says so, SPEC 1.6)."""
+
+from __future__ import annotations
+
+from mgrpo.training.config import RunConfig
+from mgrpo.training.rounds import collect, score
+from mgrpo.training.system import System
+
+
+def stage_schedule(cfg: RunConfig) -> list[tuple[int, int]]:
+    """(stage index, global round index) for every round of the run."""
+    out, g = [], 0
+    for s, stage in enumerate(cfg.stages):
+        for _ in range(stage.rounds):
+            out.append((s, g))
+            g += 1
+    return out
+
+
+def stage_at(cfg: RunConfig, round_index: int) -> int:
+    """The stage index of global round ``round_index`` (past the schedule: the last stage,
+    for distributed runs that go on)."""
+    schedule = stage_schedule(cfg)
+    if round_index < len(schedule):
+        return schedule[round_index][0]
+    return max(len(cfg.stages) - 1, 0)
+
+
+def filter_round_id(run_id: str, stage_index: int) -> str:
+    """The id of a stage's difficulty-filter episodes: their seeds derive from it (as a
+    training round's derive from its id), so both modes sample the same filter episodes."""
+    return f"{run_id}-filter{stage_index}"
+
+
+def hard_questions(pool: list, correct: list[tuple[str, float]], max_success: float) -> list:
+    """SPEC 1.6's filter: the questions of ``pool`` whose success rate over their filter
+    rollouts (``correct``: (query id, 0/1) per rollout) is below ``max_success``; the whole
+    pool if none is (a stage never runs out of questions)."""
+    success: dict[str, list[float]] = {}
+    for query_id, value in correct:
+        success.setdefault(query_id, []).append(float(value))
+    kept = [q for q in pool
+            if q.id in success and sum(success[q.id]) / len(success[q.id]) < max_success]
+    return kept or pool
+
+
+def stage_pool(system: System, stage_index: int, run_id: str | None = None) -> list:
+    """Training questions of a stage, difficulty-filtered when ``max_success`` < 1 (SPEC
+    1.6): keep queries the current system solves less often than the threshold. The
+    distributed path (``mgrpo.services.rounds``) plays the same episodes as a filter round."""
+    stage = system.cfg.stages[stage_index]
+    pool = system.bench.questions("train", stage=stage.stage)
+    if stage.max_success >= 1.0:
+        return pool
+    episodes = collect(system, filter_round_id(run_id or system.cfg.name, stage_index), pool,
+                       k=stage.filter_samples, seed=system.cfg.seed)
+    outcomes = score(system, episodes)
+    return hard_questions(pool, [(o.query_id, o.correct) for o in outcomes], stage.max_success)

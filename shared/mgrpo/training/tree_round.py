@@ -1,0 +1,144 @@
+"""AT-GRPO's round around the tree sampler (``mgrpo.training.tree``), shared by both modes:
+:func:`at_grpo_samples` (advantages within each (query, agent, turn) group of K candidates),
+:func:`train_tree_model` (one model's share: samples, group statistics, metrics, update;
+what embedded mode's round and the services' trainer both call), :func:`ingest_trees` and
+the embedded round :func:`run_at_grpo_round`.
+
+What this module does not do: sample (``mgrpo.training.tree``) or play trees over the bus
+(``mgrpo.services.tree_calls``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mgrpo.algo import at_grpo_advantages
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import mix_seed
+from mgrpo.training.scoring import GroupStat, Sample, score_episode
+from mgrpo.training.tree import TreeEpisode, TreeSampler
+from mgrpo.types import Trajectory
+
+
+def tree_seed(cfg: RunConfig, round_index: int) -> int:
+    """The seed of a round's trees (each candidate's draw mixes in query, agent, turn, k)."""
+    return mix_seed(cfg.seed, "at_grpo", round_index)
+
+
+def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample],
+                                                                      list[GroupStat]]:
+    """Advantages for the candidates of one model: GRPO within each (query, agent, turn)
+    group of K candidates (``at_grpo_advantages``); rewards are the stored turn rewards."""
+    if not trajs:
+        return [], []
+    missing = [t.traj_id for t in trajs if t.reward is None or t.turn is None]
+    if missing:
+        raise ValueError(f"AT-GRPO samples need `reward` and `turn` on every trajectory; "
+                         f"{missing[:3]} lack them (were they made by TreeSampler?)")
+    index = {name: {v: i for i, v in enumerate(sorted({getattr(t, name) for t in trajs}))}
+             for name in ("query_id", "agent")}
+    rewards = torch.tensor([float(t.reward) for t in trajs])
+    queries = torch.tensor([index["query_id"][t.query_id] for t in trajs])
+    agents = torch.tensor([index["agent"][t.agent] for t in trajs])
+    turns = torch.tensor([int(t.turn) for t in trajs])
+    adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
+                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling)
+    samples = [Sample(t, float(a), float(r))
+               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
+               if keep]
+    stats = []
+    for g in torch.unique(adv.group_ids).tolist():
+        members = [i for i, gid in enumerate(adv.group_ids.tolist()) if gid == g]
+        t0 = trajs[members[0]]
+        r = rewards[members]
+        stats.append(GroupStat(t0.agent, f"{t0.query_id}|{t0.agent}|t{t0.turn}", len(members),
+                               float(r.mean()), float(r.std(unbiased=False))))
+    return samples, stats
+
+
+def train_tree_model(lm, roles: list[str], trajs: list[Trajectory], cfg: RunConfig,
+                     round_index: int) -> tuple[dict[str, float], list[GroupStat]]:
+    """One model's share of an AT-GRPO round: its roles' candidates -> samples and group
+    statistics, ``{role}/turn_reward_mean`` and ``{role}/samples``, then the update (none
+    for a frozen model). Returns (metrics, stats)."""
+    from mgrpo.training.rounds import update_model
+
+    trajs = [t for t in trajs if t.agent in roles]
+    samples, stats = at_grpo_samples(trajs, cfg)
+    metrics: dict[str, float] = {}
+    for role in roles:
+        rewards = [s.reward for s in samples if s.trajectory.agent == role]
+        if rewards:
+            metrics[f"{role}/turn_reward_mean"] = sum(rewards) / len(rewards)
+            metrics[f"{role}/samples"] = float(len(rewards))
+    metrics.update(update_model(lm, samples, cfg, round_index))
+    return metrics, stats
+
+
+def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
+                 verifier: Any) -> None:
+    """Candidates into the store, one rollout per candidate slot k (its candidates of every
+    turn); each slot also gets the greedy path's outcome, the episode all K belong to."""
+    from mgrpo.store.records import PlannerOutcomeIn
+
+    for tree in trees:
+        qid = tree.question.id
+        correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
+                                        verifier, cfg.rewards.planner)
+        for k in range(cfg.k):
+            attempt = store.begin_attempt(round_id, qid, k)
+            if attempt is None:  # completed before a crash
+                continue
+            trajs = [t.model_copy(update={"attempt": attempt})
+                     for t in tree.candidates if t.rollout == k]
+            store.write_planner_outcomes(round_id, [PlannerOutcomeIn(
+                query_id=qid, rollout=k, attempt=attempt, format_ok=tree.format_ok,
+                correct=correct, reward=reward)])
+            store.ingest_trajectories(trajs)
+            store.complete_rollout(round_id, qid, k, attempt)
+
+
+def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) -> dict:
+    """One AT-GRPO round (the ``at_grpo`` branch of ``mgrpo.training.loop``): trees ->
+    store -> each model's trainer reads its candidates back, publishes its group statistics
+    and updates -> checkpoint."""
+    import time
+
+    from mgrpo.training.loop import open_round, publish_stats, round_id_of
+    from mgrpo.training.rounds import sample_questions
+    from mgrpo.training.run_state import save_state
+
+    cfg = system.cfg
+    round_id = round_id_of(run_id, round_index)
+    questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
+    open_round(store, cfg, run_id, round_index, questions)
+    t0 = time.perf_counter()
+    trees = TreeSampler(system.runtimes, system.cards(), cfg, system.judge).run(
+        round_id, questions, tree_seed(cfg, round_index))
+    t1 = time.perf_counter()
+    ingest_trees(store, round_id, trees, cfg, system.verifier)
+    t2 = time.perf_counter()
+    store.set_round_status(round_id, "training")
+    metrics: dict[str, float] = {}
+    for lm in system.models.values():
+        roles = [r for r, m in cfg.agents.items() if m == lm.name]
+        model_metrics, stats = train_tree_model(
+            lm, roles, store.round_trajectories(round_id, lm.name), cfg, round_index)
+        publish_stats(store, round_id, lm.name, stats)
+        metrics.update(model_metrics)
+    t3 = time.perf_counter()
+    save_state(system, round_index)
+    n = max(len(trees), 1)
+    correct = [float(system.verifier.score(t.answer or "", t.question.answer)) * t.format_ok
+               for t in trees]
+    generated = sum(sum(t.response_mask) for tree in trees for t in tree.candidates)
+    metrics.update({"planner/accuracy": sum(correct) / n,
+                    "rollout/generated_tokens": float(generated),  # every candidate's action
+                    "planner/format_valid": sum(t.format_ok for t in trees) / n,
+                    "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1,
+                    "time/update_s": t3 - t2, "time/weight_sync_s": time.perf_counter() - t3})
+    store.record_metrics(run_id, round_id, metrics)
+    store.set_round_status(round_id, "done")
+    return metrics

@@ -1,0 +1,33 @@
+"""An ASGI app served for real in the tests (importable from every test: ``tests/`` is on
+sys.path through the root conftest). Free ports: ``mgrpo.services.launcher.free_port``."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+from mgrpo.services.launcher import free_port
+
+
+@contextlib.contextmanager
+def running_server(app) -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on a free port (in a thread); yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(400):
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
