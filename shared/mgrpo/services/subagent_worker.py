@@ -89,7 +89,7 @@ class SubagentWorker:
         self._stop.set()
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
+        while not self._stop.wait(self.heartbeat_s) and not self.store.closed:
             try:
                 self.store.heartbeat(self.name)
             except Exception:  # a store blip must not kill the worker; next beat retries

@@ -70,6 +70,7 @@ class StoreBase:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.closed = False  # set by close(): background loops on this store then end
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
@@ -90,4 +91,5 @@ class StoreBase:
         return len(session.execute(stmt.returning(literal_column("1"))).all())
 
     def close(self) -> None:
+        self.closed = True
         self.engine.dispose()

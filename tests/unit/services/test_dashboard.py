@@ -133,9 +133,11 @@ def test_browser_sees_a_new_point_and_opens_a_trace(embedded_run, ui_url, tmp_pa
         assert browser.evaluate("document.querySelectorAll('#trace .turn.planner').length") == 1
         generated = browser.evaluate("document.querySelectorAll('#trace pre.gen').length")
         assert generated >= 1
-        rows = browser.evaluate("[...document.querySelectorAll('#rounds tbody tr')]"
-                                ".map(r => r.children[2].textContent)")
-        assert rows == ["done", "done"]
+        # The metrics of round 1 are written before it is marked done, so a poll between the
+        # two shows its point with the round still 'training'; the next poll says 'done'.
+        statuses = ("[...document.querySelectorAll('#rounds tbody tr')]"
+                    ".map(r => r.children[2].textContent).join(',')")
+        assert browser.wait_for(f"{statuses} === 'done,done'", what="both rounds done") is True
         shot = browser.screenshot(tmp_path / "dashboard.png")
     finally:
         browser.close()
