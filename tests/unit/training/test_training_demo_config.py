@@ -103,6 +103,18 @@ def test_held_out_entities_default_keeps_the_demo_benchmark_and_can_double_the_h
     assert not test_names & train_names
 
 
+def test_stage2_ablation_config_evaluates_400_distinct_stage2_questions():
+    from mgrpo.training.demo import demo_benchmark
+
+    fields = yaml.safe_load((ROOT / "examples" / "ablate_stage2.yaml").read_text())
+    demo = DemoConfig.model_validate({**fields, "n_train": 300})
+    assert demo.held_out_stage() == 2 and demo.eval_every == 0
+    held_out = demo_benchmark(demo).questions("test", stage=2)
+    assert len(held_out) == 400 == demo.eval_questions
+    assert len({q.question for q in held_out}) == 400
+    assert {q.kind for q in held_out} == {"chain", "compare", "arith"}
+
+
 def test_held_out_entities_refuses_train():
     from mgrpo.training.demo import demo_benchmark
 

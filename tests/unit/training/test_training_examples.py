@@ -14,7 +14,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXPECTED = {"embedded.yaml": "mgrpo", "distributed.yaml": "mgrpo", "at_grpo.yaml": "at_grpo",
             "single_agent.yaml": "grpo", "bring_your_own_model.yaml": "mgrpo"}
 # Demo recipes (DemoConfig, `mgrpo demo --config`), checked in test_training_demo_config.py.
-DEMO_CONFIGS = {"demo_full.yaml", "ablate_stage1_462.yaml"}
+DEMO_CONFIGS = {"demo_full.yaml", "ablate_stage1_462.yaml", "ablate_stage2.yaml"}
 
 
 def test_every_example_is_listed():
