@@ -296,8 +296,9 @@ class PlannerWorker:
         if record is None or record.status not in ("running", "training"):
             return
         scored = scored_models(record.config)
-        if record.status == "running":
-            store.set_round_status(round_id, "training" if scored else "done")
+        if record.status == "running":  # not over a trainer's 'done' since the read above
+            store.set_round_status(round_id, "training" if scored else "done",
+                                   only_from=("running",))
         # the trainers' cue: check readiness now (they do not poll)
         self.p.bus.publish_many([(self.p.queues.trainer(model), RoundCommand(
             command="train", run_id=record.run_id, round_id=round_id, model=model,

@@ -96,7 +96,7 @@ class RoundTraining:
                 model=lm.name, version=record_ck.version, uri=record_ck.uri,
                 sha256=record_ck.sha256, round_id=round_id))
         if set(scored_models(record.config)) <= store.published_models(round_id):
-            store.set_round_status(round_id, "done")
+            store.set_round_status(round_id, "done", only_from=("running", "training"))
         self.rounds_trained += 1
         marks.append(("publish", time.perf_counter()))
         log.info("trainer %s: round %s %s on %d trajectories (v%d); seconds %s", lm.name,

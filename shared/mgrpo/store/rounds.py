@@ -123,18 +123,27 @@ class RoundsMixin(StoreBase):
             return [RoundRecord.model_validate(row) for row in session.scalars(stmt)]
 
     def set_round_status(self, round_id: str, status: RoundStatus,
-                         error: str | None = None) -> None:
-        """Move a round to ``status``; stamps started_at (first 'running') and finished_at."""
+                         error: str | None = None,
+                         only_from: Sequence[str] | None = None) -> bool:
+        """Move a round to ``status``; stamps started_at (first 'running') and finished_at.
+
+        With ``only_from``, a compare-and-set: the round moves only if its status is one of
+        those (read under a row lock), so a writer that decided on a stale read cannot undo
+        another's later move (the planner's 'training' after a trainer's 'done'). Returns
+        whether it moved."""
         with self._tx() as session:
-            row = session.get(Round, round_id)
+            row = session.get(Round, round_id, with_for_update=only_from is not None)
             if row is None:
                 raise KeyError(f"round {round_id!r} does not exist; create it with create_round")
+            if only_from is not None and row.status not in only_from:
+                return False
             row.status = status
             row.error = error
             if status == "running" and row.started_at is None:
                 row.started_at = utcnow()
             if status in TERMINAL_ROUND_STATUSES:
                 row.finished_at = utcnow()
+            return True
 
     def begin_attempt(self, round_id: str, query_id: str, rollout: int) -> int | None:
         """Start a new attempt of a rollout and return its number (0, 1, ...).

@@ -76,8 +76,9 @@ def test_round_that_cannot_train_fails_with_the_reason(deployment):
     assert summary["status"] == "failed"
     assert summary["error"].startswith("trainer searcher: ModelLoadError: model folder")
     assert str(missing) in summary["error"] and "does not exist" in summary["error"]
-    log = services.log("trainer-searcher")
-    assert "marked failed after 3 tries" in log and "try 3/3" in log
+    # logged just after the round is marked failed
+    assert wait_for(lambda: "marked failed after 3 tries" in services.log("trainer-searcher"), 60)
+    assert "try 3/3" in services.log("trainer-searcher")
     assert store.published_models(rid) == set()  # nothing was trained or published
     bus.close()
 

@@ -84,6 +84,18 @@ def test_round_status_stamps_timings(store):
         store.set_round_status("nope", "done")
 
 
+def test_round_status_compare_and_set_never_undoes_a_later_move(store):
+    new_round(store)
+    store.set_round_status("run/0", "running")
+    assert store.set_round_status("run/0", "done", only_from=("running", "training"))
+    # the planner decided on a read of 'running' taken before the trainer's 'done'
+    assert not store.set_round_status("run/0", "training", only_from=("running",))
+    assert store.get_round("run/0").status == "done"
+    store.set_round_status("run/0", "cancelled")
+    assert not store.set_round_status("run/0", "done", only_from=("running", "training"))
+    assert store.get_round("run/0").status == "cancelled"
+
+
 def test_first_completing_attempt_wins(store):
     new_round(store)
     assert store.begin_attempt("run/0", "q1", 0) == 0
