@@ -14,7 +14,7 @@ from mgrpo.bus.messages import RoundCommand, TrajectoryMessage
 from mgrpo.services.batching import consume_batches
 from mgrpo.types import Trajectory
 
-LINGER_S = 5.0
+LINGER_S = 30.0
 
 
 def trajectory(i: int) -> Trajectory:
@@ -42,11 +42,12 @@ def test_a_round_command_flushes_its_batch_without_lingering(rabbitmq_url, uniqu
         started = time.monotonic()
         consume_batches(bus, queue, handler, consumer="trainer-searcher", batch_size=256,
                         linger_s=LINGER_S, claims=False, stop=stop)
-        assert wait_for(lambda: sum(len(k) for _, k in batches) == 4, timeout_s=30)
+        assert wait_for(lambda: sum(len(k) for _, k in batches) == 4, timeout_s=60)
         kinds = [kind for _, ks in batches for kind in ks]
         assert sorted(kinds) == ["round_command"] + ["trajectory"] * 3
         handled_after = batches[-1][0] - started
-        assert handled_after < LINGER_S / 2, (handled_after, batches)
+        # counted from before the consumer connects; far below the linger either way
+        assert handled_after < LINGER_S / 3, (handled_after, batches)
     finally:
         stop.set()
         bus.close()

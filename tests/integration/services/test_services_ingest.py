@@ -78,7 +78,7 @@ def test_batch_with_duplicate_and_poison(postgres_url, rabbitmq_url, unique_name
                 91, old_logprobs=[0.0])))
             bus.publish(queue, EpisodeTask(run_id="r", round_id="r", query_id="q", rollout=0))
             consume_batches(bus, queue, handler, consumer="trainer-searcher", batch_size=256,
-                            linger_s=0.2, claims=False, stop=stop)
+                            linger_s=2.0, claims=False, stop=stop)  # > any delivery gap
             assert wait_for(lambda: store.count_trajectories("r") == VALID)
             letters: list = []
             assert wait_for(lambda: letters.extend(bus.dead_letters()) or len(letters) >= 3)

@@ -203,7 +203,9 @@ def test_two_rank_trainer_equals_one_rank_and_resumes_after_sigkill(deployment, 
             services.log("trainer-planner-b")[-3000:]
         log = services.log("trainer-planner-b")
         assert "run two resumes from v2 (with its optimizer state)" in log, log[-3000:]
-        assert f"round {rid} trained on" in log
+        # logged after the round is marked done
+        assert wait_for(lambda: f"round {rid} trained on" in services.log("trainer-planner-b"),
+                        60)
         assert [c.version for c in store.list_checkpoints(MODEL, run_id="two")] == [1, 2, 3]
         services_s = time.monotonic() - started
     finally:
