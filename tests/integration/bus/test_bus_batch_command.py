@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from test_bus_poison import delete_queues, wait_for
+from queues_cleanup import delete_queues
+from test_bus_poison import wait_for
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage

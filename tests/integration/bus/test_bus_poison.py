@@ -9,7 +9,7 @@ import json
 import threading
 import time
 
-from kombu import Connection
+from queues_cleanup import delete_queues
 from waiting import wait_for
 
 from mgrpo.bus.kombu_bus import KombuBus
@@ -18,16 +18,6 @@ from mgrpo.services.batching import consume_batches
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.types import Trajectory
-
-
-def delete_queues(url: str, *names: str) -> None:
-    with Connection(url) as connection:
-        channel = connection.channel()
-        for name in names:
-            try:
-                channel.queue_delete(name)
-            except Exception:  # noqa: BLE001 - already gone
-                channel = connection.channel()
 
 
 def test_one_wrong_kind_message_does_not_take_its_batch(rabbitmq_url, unique_name):

@@ -10,6 +10,7 @@ import threading
 import time
 
 from kombu import Connection
+from queues_cleanup import delete_queues
 from services_testkit import make_tiny, write_run_config
 from sqlalchemy import event
 from waiting import wait_for
@@ -110,10 +111,4 @@ def test_batch_with_duplicate_and_poison(postgres_url, rabbitmq_url, unique_name
             event.remove(store.engine, "before_cursor_execute", count_inserts)
             bus.close()
             store.close()
-            with Connection(rabbitmq_url) as connection:
-                channel = connection.channel()
-                for name in (queue, queues.dead_letter):
-                    try:
-                        channel.queue_delete(name)
-                    except Exception:  # noqa: BLE001 - already gone
-                        channel = connection.channel()
+            delete_queues(rabbitmq_url, queue, queues.dead_letter)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from kombu import Connection
+from queues_cleanup import delete_queues
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import RoundCommand
@@ -55,10 +55,4 @@ def test_sandbox_unavailable_requeues_the_batch(rabbitmq_url, unique_name, monke
         if thread is not None:
             thread.join(timeout=10)  # the consumer goes before its queue does
         bus.close()
-        with Connection(rabbitmq_url) as connection:
-            channel = connection.channel()
-            for name in (work, queues.dead_letter):
-                try:
-                    channel.queue_delete(name)
-                except Exception:  # already gone: nothing to clean
-                    channel = connection.channel()
+        delete_queues(rabbitmq_url, work, queues.dead_letter)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from amqp.exceptions import NotFound
 from kombu import Connection
+from queues_cleanup import delete_queues
 from waiting import wait_for
 
 from mgrpo.bus import MemoryDedupe
@@ -47,13 +48,7 @@ def test_reply_queue_is_deleted_when_its_consumer_closes(rabbitmq_url, unique_na
         assert gone_within(rabbitmq_url, reply)
         assert queue_exists(rabbitmq_url, work)  # work queues outlive their consumers
     finally:
-        with Connection(rabbitmq_url) as connection:
-            channel = connection.channel()
-            for name in (work, reply, queues.dead_letter):
-                try:
-                    channel.queue_delete(name)
-                except Exception:  # already gone: nothing to clean
-                    channel = connection.channel()
+        delete_queues(rabbitmq_url, work, reply, queues.dead_letter)
 
 
 class CountingDedupe(MemoryDedupe):
@@ -96,10 +91,4 @@ def test_replies_reach_the_dispatcher_without_store_claims(rabbitmq_url, unique_
         assert set(dedupe.asked) == {"searcher"}  # only the call consumer used the store
     finally:
         bus.close()
-        with Connection(rabbitmq_url) as connection:
-            channel = connection.channel()
-            for name in (calls, reply, queues.dead_letter):
-                try:
-                    channel.queue_delete(name)
-                except Exception:  # already gone: nothing to clean
-                    channel = connection.channel()
+        delete_queues(rabbitmq_url, calls, reply, queues.dead_letter)
