@@ -66,7 +66,8 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
     """Warm-start one model on the inline (single-context) form of the same demonstrations,
     with the same recipe as the multi-agent models (``demo.warm_start``); its SFT steps are
-    the planner's and the searcher's together, since it learns both roles."""
+    the sum of the roles' it plays: planner and searcher, plus the coder's when the schedule
+    reaches stage 2 (the multi-agent variants' total SFT steps)."""
     from mgrpo.envs import load_benchmark
     from mgrpo.envs.experts import ExpertErrors
     from mgrpo.training.inline import write_inline_demos
@@ -82,8 +83,14 @@ def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
         tools = build_tools(bench, ["searcher", "coder"], tool_cfg=demo.tools)
         write_inline_demos(bench, out / "demos-inline", tools, errors,
                            n=demo.demos_per_agent, stage=demo.stage, seed=demo.seed)
-    steps = demo.sft_steps.get("planner", 1000) + demo.sft_steps.get("searcher", 1000)
+    steps = sum(demo.sft_steps.get(role, 1000) for role in single_agent_roles(demo))
     return warm_start(demo, "single", data, steps, tokenizer_texts(bench, [data]), t0)
+
+
+def single_agent_roles(demo: DemoConfig) -> tuple[str, ...]:
+    """The roles the single model plays: the coder only when a stage reaches its tasks."""
+    coder = any(s.get("stage") != 1 for s in demo.schedule())
+    return ("planner", "searcher", "coder") if coder else ("planner", "searcher")
 
 
 def schedule(cfg: AblateConfig) -> list[dict]:

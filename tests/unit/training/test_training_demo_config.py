@@ -120,3 +120,16 @@ def test_held_out_entities_refuses_train():
 
     with pytest.raises(ValueError, match="train_entities"):
         demo_benchmark(DemoConfig(n_train=300, held_out_entities={"train": {"city": 5}}))
+
+
+def test_single_agent_warm_start_gets_the_sft_steps_of_every_role_it_plays():
+    """The single model plays every role the schedule reaches, so its SFT budget is the
+    multi-agent models' total: planner + searcher on stage 1, + coder once stage 2 is in."""
+    from mgrpo.training.ablate import single_agent_roles
+
+    assert single_agent_roles(DemoConfig()) == ("planner", "searcher")
+    stage2 = DemoConfig.model_validate(
+        yaml.safe_load((ROOT / "examples" / "ablate_stage2.yaml").read_text()))
+    assert single_agent_roles(stage2) == ("planner", "searcher", "coder")
+    assert sum(stage2.sft_steps[r] for r in single_agent_roles(stage2)) == 4000
+    assert single_agent_roles(DemoConfig(stage=None)) == ("planner", "searcher", "coder")
