@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from mgrpo.atomic import write_text_atomic
 from mgrpo.envs.corpus import Corpus, render_corpus
 from mgrpo.envs.kg import SPLITS, KnowledgeGraph, build_kg
 from mgrpo.envs.questions import Question, generate_split
@@ -105,14 +106,13 @@ class Benchmark:
         for split in sorted({q.split for q in self.all_questions}):
             lines = [json.dumps(q.model_dump(), sort_keys=True, ensure_ascii=False)
                      for q in self.questions(split)]
-            (root / "questions" / f"{split}.jsonl").write_text(
-                "".join(line + "\n" for line in lines), encoding="utf-8")
+            write_text_atomic(root / "questions" / f"{split}.jsonl",
+                              "".join(line + "\n" for line in lines))
         return root
 
 
 def _write_json(path: Path, obj: object) -> None:
-    path.write_text(json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=1) + "\n",
-                    encoding="utf-8")
+    write_text_atomic(path, json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=1) + "\n")
 
 
 def build_benchmark(config: BenchmarkConfig | None = None) -> Benchmark:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, PrivateAttr
 
+from mgrpo.atomic import write_text_atomic
 from mgrpo.envs.kg import ATTRIBUTES, Entity, KnowledgeGraph
 
 _ALL_ATTRIBUTES = sorted({a for attrs in ATTRIBUTES.values() for a in attrs},
@@ -41,7 +42,7 @@ class Corpus(BaseModel):
 
     def save_jsonl(self, path: Path) -> None:
         lines = [json.dumps(d.model_dump(), sort_keys=True, ensure_ascii=False) for d in self.docs]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        write_text_atomic(path, "".join(line + "\n" for line in lines))
 
     @classmethod
     def load_jsonl(cls, path: Path) -> Corpus:

@@ -149,3 +149,26 @@ def test_user_questions_and_corpus(tmp_path):
         [("a.txt", "Alpha", "Alpha first doc"), ("sub/b.md", "Beta doc", "Beta doc")]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Corpus.from_folder(tmp_path / "nope")
+
+
+def test_saving_over_a_benchmark_never_exposes_a_half_written_file(tmp_path, monkeypatch):
+    """`mgrpo ablate` saves the benchmark again while runs started earlier may be loading it:
+    every file is replaced whole. A save that fails part-way leaves the old files intact and
+    no temporary files behind (before: `write_text` truncated the old file first)."""
+    import os
+    import stat
+
+    from mgrpo.atomic import write_text_atomic
+
+    bench = build_benchmark(small_bench_config(seed=3))
+    root = bench.save(tmp_path / "b")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert stat.S_IMODE(os.stat(root / "corpus.jsonl").st_mode) == 0o644
+    with pytest.raises(UnicodeEncodeError):
+        write_text_atomic(root / "corpus.jsonl", "half a line\n\ud800 cannot be encoded")
+    bad = bench.corpus.docs[0].model_copy(update={"text": "\ud800"})
+    monkeypatch.setattr(bench.corpus, "docs", [bad, *bench.corpus.docs[1:]])
+    with pytest.raises(UnicodeEncodeError):
+        bench.save(root)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    load_benchmark(root)  # still loads
