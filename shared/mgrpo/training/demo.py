@@ -233,6 +233,7 @@ def table(before: dict, after: dict) -> str:
 
 def run_demo(cfg: DemoConfig) -> dict:
     from mgrpo.training.config import RunConfig
+    from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
     from mgrpo.training.plots import plot_run
 
@@ -251,6 +252,8 @@ def run_demo(cfg: DemoConfig) -> dict:
                "plots": [str(p) for p in plots]}
     Path(cfg.out_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     print(table(result.before, result.after))
+    if spread := demo_spread(cfg):
+        print(spread)
     _stamp(f"done: {cfg.out_dir}/summary.json, plots in {run_cfg.out_dir}/plots, "
            f"tensorboard --logdir {run_cfg.out_dir}/tensorboard", t0)
     return summary

@@ -133,3 +133,18 @@ def test_single_agent_warm_start_gets_the_sft_steps_of_every_role_it_plays():
     assert single_agent_roles(stage2) == ("planner", "searcher", "coder")
     assert sum(stage2.sft_steps[r] for r in single_agent_roles(stage2)) == 4000
     assert single_agent_roles(DemoConfig(stage=None)) == ("planner", "searcher", "coder")
+
+
+def test_the_demo_prints_the_measured_spread_of_its_own_recipe_only():
+    """Issue 17.4: the demo prints the spread of earlier runs beside its own figures, for
+    `make demo`'s recipe (any output folder, any thread count) and for nothing else."""
+    from mgrpo.training.demo_spread import DEMO_RUNS, demo_spread
+
+    line = demo_spread(DemoConfig(out_dir="/tmp/elsewhere", threads=2))
+    lows = [r.greedy[0] for r in DEMO_RUNS]
+    assert f"greedy {min(lows):.3f}-{max(lows):.3f} after the warm start" in line
+    assert "greedy 0.225-0.310" in line and "gain +20.5 to +26.0 points" in line
+    for other in (DemoConfig(seed=1), DemoConfig(rounds=10),
+                  DemoConfig.model_validate(yaml.safe_load(
+                      (ROOT / "examples" / "demo_full.yaml").read_text()))):
+        assert demo_spread(other) is None
