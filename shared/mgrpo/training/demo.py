@@ -15,7 +15,7 @@ import copy
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
@@ -70,6 +70,11 @@ class DemoConfig(StrictModel):
     threads: int = Field(
         1, ge=1, description="torch intra-op threads, fixed so the same seed gives the same "
         "weights whatever OMP_NUM_THREADS the shell has (matmul reductions split by thread).")
+    cpu_kernels: Literal["avx2", "native"] = Field(
+        "avx2", description="CPU kernels of torch and MKL: avx2 pins them to the AVX2 ones "
+        "every x86-64 CPU has, so machines with other vector units (AVX-512) take the same "
+        "kernel paths and the same seed gives the same weights; native: each machine's "
+        "best (mgrpo.training.numerics).")
     run_set: dict[str, Any] = Field(
         default_factory=dict, description="Run-config options over the demo's own, dotted "
         "keys as `mgrpo train --set` (`mgrpo demo --set KEY=VALUE`), e.g. {max_staleness: 1, "
@@ -104,11 +109,14 @@ def _stamp(msg: str, t0: float) -> None:
     print(f"[demo {time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
 
-def fix_threads(cfg: DemoConfig) -> None:
-    """The demo's thread setting for this process (warm start and RL alike)."""
-    import torch
+def pin_cpu(cfg: DemoConfig) -> dict:
+    """The demo's kernels and thread count for this process (warm start and RL alike),
+    before its first tensor operation (:mod:`mgrpo.training.numerics`); returns what is
+    in use."""
+    from mgrpo.training.numerics import describe, fix_numerics
 
-    torch.set_num_threads(cfg.threads)
+    fix_numerics(cfg.threads, cfg.cpu_kernels)
+    return describe()
 
 
 def demo_benchmark(cfg: DemoConfig):
@@ -133,7 +141,8 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     from mgrpo.envs.experts import ExpertErrors
     from mgrpo.training.system import build_tools
 
-    fix_threads(cfg)
+    cpu = pin_cpu(cfg)
+    _stamp(f"torch {cpu['torch']}, {cpu['threads']} thread(s), {cpu['kernels']} kernels", t0)
     out = Path(cfg.out_dir)
     bench = demo_benchmark(cfg)
     bench.save(out / "bench")
@@ -235,6 +244,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     from mgrpo.training.config import RunConfig
     from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
+    from mgrpo.training.numerics import describe
     from mgrpo.training.plots import plot_run
 
     t0 = time.perf_counter()
@@ -249,6 +259,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     plots = plot_run(run_cfg.out_dir)
     summary = {"before": result.before, "after": result.after, "rounds": result.rounds,
                "wall_s": round(time.perf_counter() - t0, 1), "run_set": cfg.run_set,
+               "cpu": describe(),
                "plots": [str(p) for p in plots]}
     Path(cfg.out_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     print(table(result.before, result.after))

@@ -1,10 +1,13 @@
-"""Issue 17.4: the same seed gives the same warm start whatever thread count the shell has.
+"""Issue 17.4: the same seed gives the same warm start whatever thread count the shell has
+and whatever vector unit the CPU offers.
 
-CPU kernels split reductions by thread, so torch at 1 and at 2 intra-op threads gives
-different weights after a few SFT steps (measured: docs/results.md). The demo therefore
-fixes its own thread count (``DemoConfig.threads``, default 1); these tests run the demo's
-warm start in fresh processes under OMP_NUM_THREADS=1 and =2 and compare the weights bit for
-bit. About 20 s on an idle 2-core machine (two processes)."""
+CPU kernels split reductions by thread, and torch and MKL pick their kernels by the CPU's
+instruction set, so torch at 1 and at 2 intra-op threads, or on AVX2 and AVX-512 kernels,
+gives different weights after a few SFT steps (measured: docs/results.md). The demo
+therefore fixes its own thread count (``DemoConfig.threads``, default 1) and kernels
+(``DemoConfig.cpu_kernels``, default avx2; :mod:`mgrpo.training.numerics`); these tests run
+the demo's warm start in fresh processes under other shell settings and compare the weights
+bit for bit. About 35 s on an idle 2-core machine (five processes)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
+from mgrpo.training.demo import DemoConfig
+from mgrpo.training.numerics import KERNEL_ENV, fix_numerics, is_x86
+
 SCRIPT = r'''
 import hashlib, json, sys
 from pathlib import Path
@@ -22,12 +31,12 @@ from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs.demos import write_demos
 from mgrpo.envs.experts import ExpertErrors
 from mgrpo.models import load_model
-from mgrpo.training.demo import DemoConfig, fix_threads, warm_start
+from mgrpo.training.demo import DemoConfig, pin_cpu, warm_start
 from mgrpo.training.system import build_tools
 
 out = Path(sys.argv[1])
-cfg = DemoConfig(out_dir=str(out), sft_batch=4, vocab_size=300)
-fix_threads(cfg)
+cfg = DemoConfig(out_dir=str(out), sft_batch=4, vocab_size=300, cpu_kernels=sys.argv[2])
+pin_cpu(cfg)
 small = {"city": 6, "person": 8, "company": 4}
 bench = build_benchmark(BenchmarkConfig(n_train=60, n_dev=5, n_test=5, entities={
     "train": small, "dev": small, "test": small}))
@@ -40,18 +49,23 @@ digest = hashlib.sha256()
 for key, value in sorted(model.state_dict().items()):
     digest.update(key.encode())
     digest.update(value.detach().numpy().tobytes())
-print(json.dumps({"threads": torch.get_num_threads(), "sha256": digest.hexdigest()}))
+print(json.dumps({"threads": torch.get_num_threads(), "sha256": digest.hexdigest(),
+                  "kernels": torch.backends.cpu.get_cpu_capability()}))
 '''
 
 
-def _warm_start(tmp_path: Path, omp_threads: int) -> dict:
-    shared = Path(__file__).resolve().parents[3] / "shared"
+def _warm_start(tmp_path: Path, omp_threads: int, kernels: str = "avx2",
+                **shell: str) -> dict:
+    repo_shared = Path(__file__).resolve().parents[3] / "shared"
     env = {**os.environ, "OMP_NUM_THREADS": str(omp_threads), "MKL_NUM_THREADS":
-           str(omp_threads), "PYTHONPATH": f"{shared}{os.pathsep}"
+           str(omp_threads), "PYTHONPATH": f"{repo_shared}{os.pathsep}"
            f"{os.environ.get('PYTHONPATH', '')}", "TOKENIZERS_PARALLELISM": "false"}
-    out = tmp_path / f"omp{omp_threads}"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, text=True,
-                          capture_output=True, timeout=600)
+    for name in KERNEL_ENV["avx2"]:
+        env.pop(name, None)
+    env.update(shell)
+    out = tmp_path / f"omp{omp_threads}-{kernels}-{len(shell)}"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), kernels], env=env,
+                          text=True, capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -60,3 +74,31 @@ def test_demo_warm_start_is_identical_under_one_and_two_shell_threads(tmp_path):
     one, two = _warm_start(tmp_path, 1), _warm_start(tmp_path, 2)
     assert one["threads"] == two["threads"] == 1  # the demo's own setting wins
     assert one["sha256"] == two["sha256"]
+
+
+def _has_avx2() -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    return is_x86() and cpuinfo.exists() and " avx2" in cpuinfo.read_text()
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the AVX2 pin needs an x86 CPU with AVX2")
+def test_demo_warm_start_takes_the_same_kernels_whatever_the_cpu_offers(tmp_path):
+    """Another CPU is emulated by the shell asking torch and MKL for other kernels (what a
+    machine without AVX-512, or without any vector unit, would pick by itself): the demo's
+    pin wins and the weights are bit-identical. Measured before the pin: the shell's
+    ATEN_CPU_CAPABILITY decided, and avx2, AVX-512 and default kernels gave three different
+    weight hashes."""
+    here = _warm_start(tmp_path, 1)
+    other = _warm_start(tmp_path, 1, ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE")
+    assert here["kernels"] == other["kernels"] == "AVX2"
+    assert here["sha256"] == other["sha256"]
+    # native leaves the choice to the machine (here: the shell's), and it shows.
+    native = _warm_start(tmp_path, 1, "native", ATEN_CPU_CAPABILITY="default")
+    assert native["kernels"] == "DEFAULT" and native["sha256"] != here["sha256"]
+
+
+def test_unknown_cpu_kernels_are_refused():
+    with pytest.raises(ValueError, match="cpu kernels 'avx3'"):
+        fix_numerics(1, "avx3")
+    with pytest.raises(ValidationError, match="cpu_kernels"):
+        DemoConfig(cpu_kernels="avx512")
