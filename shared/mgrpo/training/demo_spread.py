@@ -1,10 +1,10 @@
 """What `make demo` gave on the development machines, printed beside a run's own figures.
 
-On one machine the same seed gives bit-identical warm-start weights at any thread count
-(``tests/unit/training/test_training_threads.py``). Another CPU can take other kernel paths,
-and an earlier version of the demo did not fix its thread count: the runs below did not all
-start from the same warm start. A user compares their run with this spread to tell a normal
-run from a broken one (``docs/results.md``, "Reproducibility").
+The demo pins its thread count and CPU kernels (:mod:`mgrpo.training.numerics`), but
+earlier versions did not, and other torch or MKL versions or ARM CPUs still give other
+numbers: the runs below did not all start from the same warm start. A user compares their
+run with this spread to tell a normal run from a broken one (``docs/results.md``,
+"Reproducibility").
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ DEMO_RUNS = (
     MeasuredRun("2026-11-23, beside the test suite", (0.225, 0.430), (0.105, 0.265)),
     MeasuredRun("issue 17's re-run", (0.310, 0.570), (0.210, 0.400)),
     MeasuredRun("2026-11-24, threads fixed to 1", (0.310, 0.555), (0.120, 0.355)),
+    MeasuredRun("2026-11-24, AVX2 kernels pinned", (0.250, 0.500), (0.110, 0.285)),
 )
 
 
@@ -48,4 +49,5 @@ def demo_spread(cfg) -> str | None:
             f"{_span([a for _, a in greedy])} after RL (gain "
             f"+{min(gains) * 100:.1f} to +{max(gains) * 100:.1f} points); sampled "
             f"{_span([b for b, _ in sampled])} -> {_span([a for _, a in sampled])}. "
-            "The warm start differs between machines and thread counts; compare the gain.")
+            "Runs before the thread and kernel pins started from other warm starts: "
+            "compare the gain.")
