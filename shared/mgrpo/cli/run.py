@@ -59,12 +59,22 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.training.plots import plot_run
 
     cfg = load_run_config(config, _parse_overrides(set_))
+    cpu = pin_cpu(cfg)
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume)
     plot_run(cfg.out_dir)
     typer.echo(json.dumps({"out_dir": str(result.out_dir), "rounds": result.rounds,
                            "before": result.before, "after": result.after,
-                           "wall_s": round(result.wall_s, 1)}, indent=2))
+                           "wall_s": round(result.wall_s, 1), "cpu": cpu}, indent=2))
+
+
+def pin_cpu(cfg) -> dict:
+    """The run config's CPU kernels and thread count for this process, before its first
+    tensor operation (:mod:`mgrpo.training.numerics`); returns what is in use."""
+    from mgrpo.training.numerics import describe, fix_numerics
+
+    fix_numerics(cfg.cpu_threads, cfg.cpu_kernels)
+    return describe()
 
 
 def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),
@@ -86,12 +96,14 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
           out: Path | None = typer.Option(None, help="Write the JSON here too."),
           set_: list[str] = typer.Option([], "--set")) -> None:
     """Evaluate: accuracy, format validity, calls and r_expert per sub-agent, tokens per
-    answer (JSON). With --bench-seed, the same numbers on another seed's benchmark beside."""
+    answer, and the CPU kernels and threads used (the config's cpu_kernels, cpu_threads),
+    as JSON. With --bench-seed, the same numbers on another seed's benchmark beside."""
     from mgrpo.cli.errors import UserError
     from mgrpo.training.config import load_run_config
     from mgrpo.training.heldout import other_seed_benchmark, parse_stage
 
     cfg = load_run_config(config, _parse_overrides(set_))
+    cpu = pin_cpu(cfg)
     try:
         chosen = parse_stage(stage)
     except ValueError as exc:
@@ -115,6 +127,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
                                                  checkpoints, subagent),
                   "name_overlap": name_overlap(load_benchmark(cfg.bench_dir),
                                                load_benchmark(other), split)}
+    result["cpu"] = cpu
     text = json.dumps(result, indent=2, sort_keys=True)
     if out:
         out.write_text(text)

@@ -163,6 +163,17 @@ class RunConfig(StrictModel):
     init_from: InitFrom | None = Field(
         None, description="Start from another run's weights (never implicit).")
     seed: int = 0
+    cpu_kernels: Literal["avx2", "native"] = Field(
+        "native", description="CPU kernels of torch and MKL for `mgrpo train` and `mgrpo "
+        "eval` (mgrpo.training.numerics): avx2 pins them to the AVX2 ones every x86-64 CPU "
+        "has, so the same seed gives the same numbers on CPUs with other vector units "
+        "(AVX-512); native: each machine's best. The demo writes avx2 (its own setting) into "
+        "demo.yaml, so evaluating a demo run takes its kernels. Long-lived services take "
+        "their kernels from their environment (ATEN_CPU_CAPABILITY, MKL_CBWR).")
+    cpu_threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads for `mgrpo train` and `mgrpo eval` "
+        "(None: torch's default, from OMP_NUM_THREADS). Reductions split by thread, so "
+        "another count gives other float sums; the demo writes its `threads` here.")
     algorithm: Algorithm = Field(
         "mgrpo", description="mgrpo: planner + sub-agents, per-agent groups with alignment. "
         "at_grpo: tree sampling, groups (query, agent, turn). grpo: single agent, the planner "

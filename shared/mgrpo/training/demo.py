@@ -222,6 +222,7 @@ def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
 
     return apply_overrides(copy.deepcopy({
         "name": "demo", "seed": cfg.seed, "algorithm": "mgrpo",
+        "cpu_kernels": cfg.cpu_kernels, "cpu_threads": cfg.threads,
         "models": {role: {"path": p, "lr": cfg.lr} for role, p in paths.items()},
         "tools": cfg.tools,
         "k": cfg.k, "queries_per_round": cfg.queries_per_round,

@@ -38,9 +38,9 @@ def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "x86", "i686")
 
 
-def fix_numerics(threads: int, kernels: str = "avx2") -> str:
-    """Pin this process's kernels, then its thread count; returns the kernels in use
-    (``torch.backends.cpu.get_cpu_capability()``, e.g. "AVX2")."""
+def fix_numerics(threads: int | None, kernels: str = "avx2") -> str:
+    """Pin this process's kernels, then its thread count (None: leave torch's); returns
+    the kernels in use (``torch.backends.cpu.get_cpu_capability()``, e.g. "AVX2")."""
     if kernels not in KERNELS:
         raise ValueError(f"cpu kernels {kernels!r}: expected one of {', '.join(KERNELS)}")
     wanted = KERNEL_ENV.get(kernels) if is_x86() else None
@@ -53,7 +53,8 @@ def fix_numerics(threads: int, kernels: str = "avx2") -> str:
         log.warning("cpu kernels: wanted %s, torch uses %s (a tensor operation ran before "
                     "the pin, or the CPU lacks it): this run's weights may differ from "
                     "another machine's with the same seed", kernels.upper(), in_use)
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
     return in_use
 
 

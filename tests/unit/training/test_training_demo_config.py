@@ -21,6 +21,10 @@ def test_quick_demo_schedule_is_unchanged():
     assert cfg["stages"] == [{"stage": 1, "rounds": 40}]
     assert cfg["eval_stage"] == 1 and cfg["eval_questions"] == 200 and cfg["eval_every"] == 10
     assert DemoConfig().threads == 1
+    # demo.yaml carries the demo's CPU settings: `mgrpo eval` of the run takes them
+    assert (cfg["cpu_kernels"], cfg["cpu_threads"]) == ("avx2", 1)
+    native = run_config(DemoConfig(cpu_kernels="native", threads=2), PATHS)
+    assert (native["cpu_kernels"], native["cpu_threads"]) == ("native", 2)
     assert run_config(DemoConfig(stage=2), PATHS)["eval_stage"] == 2  # follows stage
 
 

@@ -82,7 +82,7 @@ def test_eval_cli_checkpoints_and_other_seed(tmp_path, tiny_dir, bench_dir):
                               "--bench-seed", "5"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout[res.stdout.index("{"):])
-    assert set(out) == {"seed 0", "seed 5", "name_overlap"}
+    assert set(out) == {"seed 0", "seed 5", "name_overlap", "cpu"}
     assert out["seed 0"]["weights"] == out["seed 5"]["weights"] == {m: "t v1" for m in
                                                                     ("planner", "searcher",
                                                                      "coder")}

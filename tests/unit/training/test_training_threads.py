@@ -7,7 +7,8 @@ gives different weights after a few SFT steps (measured: docs/results.md). The d
 therefore fixes its own thread count (``DemoConfig.threads``, default 1) and kernels
 (``DemoConfig.cpu_kernels``, default avx2; :mod:`mgrpo.training.numerics`); these tests run
 the demo's warm start in fresh processes under other shell settings and compare the weights
-bit for bit. About 35 s on an idle 2-core machine (five processes)."""
+bit for bit, and check that `mgrpo eval` takes a run config's settings (``cpu_kernels``,
+``cpu_threads``). About 45 s on an idle 2-core machine (seven processes)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from pydantic import ValidationError
 
 from mgrpo.training.demo import DemoConfig
 from mgrpo.training.numerics import KERNEL_ENV, fix_numerics, is_x86
+
+REPO = Path(__file__).resolve().parents[3]
 
 SCRIPT = r'''
 import hashlib, json, sys
@@ -56,7 +59,7 @@ print(json.dumps({"threads": torch.get_num_threads(), "sha256": digest.hexdigest
 
 def _warm_start(tmp_path: Path, omp_threads: int, kernels: str = "avx2",
                 **shell: str) -> dict:
-    repo_shared = Path(__file__).resolve().parents[3] / "shared"
+    repo_shared = REPO / "shared"
     env = {**os.environ, "OMP_NUM_THREADS": str(omp_threads), "MKL_NUM_THREADS":
            str(omp_threads), "PYTHONPATH": f"{repo_shared}{os.pathsep}"
            f"{os.environ.get('PYTHONPATH', '')}", "TOKENIZERS_PARALLELISM": "false"}
@@ -102,3 +105,38 @@ def test_unknown_cpu_kernels_are_refused():
         fix_numerics(1, "avx3")
     with pytest.raises(ValidationError, match="cpu_kernels"):
         DemoConfig(cpu_kernels="avx512")
+
+
+def _mgrpo_eval(tmp_path: Path, config: dict, **shell: str) -> dict:
+    """`mgrpo eval` in a fresh process (kernels are chosen once per process)."""
+    import yaml
+
+    path = tmp_path / f"run-{config['cpu_kernels']}-{len(shell)}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": f"{REPO / 'shared'}"
+           f"{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "MGRPO_PROGRESS": "0"}
+    for name in KERNEL_ENV["avx2"]:
+        env.pop(name, None)
+    env.update(shell)
+    proc = subprocess.run([sys.executable, "-m", "mgrpo.cli.main", "eval", "--config",
+                           str(path), "--n", "2", "--stage", "1"], env=env, text=True,
+                          capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the AVX2 pin needs an x86 CPU with AVX2")
+def test_mgrpo_eval_takes_the_run_configs_kernels_and_threads(tmp_path, tiny_dir, bench_dir):
+    """A pinned run (the demo writes cpu_kernels: avx2 and cpu_threads into demo.yaml) is
+    evaluated with the kernels and thread count it was trained with, whatever the shell
+    asks for. Before: `mgrpo eval` ran on the machine's own kernels, and docs/results.md had
+    to tell users to export ATEN_CPU_CAPABILITY and MKL_CBWR by hand."""
+    from training_testkit import run_config_dict
+
+    config = run_config_dict(tmp_path, tiny_dir, bench_dir, cpu_kernels="avx2", cpu_threads=1)
+    pinned = _mgrpo_eval(tmp_path, config, ATEN_CPU_CAPABILITY="default")
+    assert pinned["cpu"]["kernels"] == "AVX2" and pinned["cpu"]["threads"] == 1
+    # native: the shell (here standing in for another CPU) decides, and torch's threads too
+    native = _mgrpo_eval(tmp_path, {**config, "cpu_kernels": "native", "cpu_threads": None},
+                         ATEN_CPU_CAPABILITY="default")
+    assert native["cpu"]["kernels"] == "DEFAULT" and native["cpu"]["threads"] == 2
