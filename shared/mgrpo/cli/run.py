@@ -223,7 +223,8 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
            rounds: int = typer.Option(15, help="RL rounds per run (of the last stage when "
                                       "the demo config is a curriculum)."),
            demo_dir: Path = typer.Option(Path("runs/demo"),
-                                         help="Warm start to reuse (built if missing)."),
+                                         help="Warm start to reuse (built if missing; "
+                                         "one built with another recipe is refused)."),
            config: Path | None = typer.Option(
                None, exists=True, dir_okay=False, help="YAML of DemoConfig fields, as for "
                "`mgrpo demo` (examples/demo_full.yaml: the stage-2 curriculum)."),

@@ -142,10 +142,12 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
 
     from mgrpo.envs.demos import write_demos
     from mgrpo.envs.experts import ExpertErrors
+    from mgrpo.training.demo_recipe import claim
     from mgrpo.training.system import build_tools
 
     cpu = pin_cpu(cfg)
     _stamp(f"torch {cpu['torch']}, {cpu['threads']} thread(s), {cpu['kernels']} kernels", t0)
+    claim(cfg)  # another recipe in this folder is refused before anything is written
     out = Path(cfg.out_dir)
     bench = demo_benchmark(cfg)
     bench.save(out / "bench")
