@@ -6,33 +6,21 @@ from __future__ import annotations
 
 import pytest
 import torch
+from training_testkit import sampled_samples
 
-from mgrpo.engines.base import GenerationRequest, SamplingParams
-from mgrpo.engines.torch_engine import TorchEngine
+from mgrpo.engines.base import SamplingParams
 from mgrpo.models import load_model
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.scoring import Sample
 from mgrpo.training.update import policy_update
-from mgrpo.types import Trajectory
 
 
 def _samples(model, tok, shift: float = 0.0) -> list[Sample]:
     """Eight rollouts of uneven length (padding matters), advantages of both signs."""
-    engine = TorchEngine(model, tok, stop_at_eos=False)
     prompts = [[5 + i, 17, 33, 40 + 3 * i][: 2 + i % 3] for i in range(8)]
-    outs = engine.generate([GenerationRequest(p, SamplingParams(
-        temperature=0.8, max_new_tokens=5 + i % 3, seed=i)) for i, p in enumerate(prompts)])
-    samples = []
-    for i, out in enumerate(outs):
-        n = len(out.prompt_ids)
-        traj = Trajectory(
-            traj_id=f"r/q/{i}/x/0", round_id="r", query_id="q", rollout=i,
-            agent="planner" if i % 2 else "searcher", model="m",
-            input_ids=out.prompt_ids + out.completion_ids,
-            response_mask=[0] * n + [1] * len(out.completion_ids),
-            old_logprobs=[0.0] * n + [lp + shift for lp in out.logprobs])
-        samples.append(Sample(traj, advantage=(1.0, -0.5, 2.0)[i % 3], reward=0.0))
-    return samples
+    return sampled_samples(model, tok, prompts, lambda i: SamplingParams(
+        temperature=0.8, max_new_tokens=5 + i % 3, seed=i), lambda i: (1.0, -0.5, 2.0)[i % 3],
+        shift)
 
 
 def _run(tiny_dir, samples, reuse: bool, mini_batches: int, **loss):

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from training_testkit import run_config_dict
+from training_testkit import run_config_dict, sampled_samples
 
-from mgrpo.engines.base import GenerationRequest, SamplingParams
-from mgrpo.engines.torch_engine import TorchEngine
+from mgrpo.engines.base import SamplingParams
 from mgrpo.models import load_model
 from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.loop import run_training
 from mgrpo.training.reference import load_reference
 from mgrpo.training.scoring import Sample
 from mgrpo.training.update import policy_update
-from mgrpo.types import Trajectory
 
 
 def _round_metrics(tmp_path, name: str = "t") -> list[dict[str, float]]:
@@ -76,21 +74,10 @@ def test_sampling_that_cannot_be_trained_is_refused(tmp_path, tiny_dir, bench_di
 def _sampled(model, tok, temperature: float, shift: float = 0.0) -> list[Sample]:
     """Six samples drawn by the torch engine at ``temperature``; advantages +-1; the
     recorded rollout logprobs moved by ``shift`` (a sampler that disagrees)."""
-    engine = TorchEngine(model, tok, stop_at_eos=False)
     prompts = [[5 + i, 17, 33, 40 + 3 * i] for i in range(6)]
-    outs = engine.generate([GenerationRequest(p, SamplingParams(
-        temperature=temperature, max_new_tokens=6, seed=i)) for i, p in enumerate(prompts)])
-    samples = []
-    for i, out in enumerate(outs):
-        n = len(out.prompt_ids)
-        traj = Trajectory(
-            traj_id=f"r/q/{i}/x/0", round_id="r", query_id="q", rollout=i,
-            agent="planner" if i % 2 else "searcher", model="m",
-            input_ids=out.prompt_ids + out.completion_ids,
-            response_mask=[0] * n + [1] * len(out.completion_ids),
-            old_logprobs=[0.0] * n + [lp + shift for lp in out.logprobs])
-        samples.append(Sample(traj, advantage=1.0 if i % 3 else -1.0, reward=0.0))
-    return samples
+    return sampled_samples(model, tok, prompts, lambda i: SamplingParams(
+        temperature=temperature, max_new_tokens=6, seed=i), lambda i: 1.0 if i % 3 else -1.0,
+        shift)
 
 
 def _update(tiny_dir, samples, temperature=1.0, mini_batches=1, **loss):

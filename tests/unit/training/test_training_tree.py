@@ -129,19 +129,12 @@ def test_redelegating_a_solved_subtask_earns_nothing(bench, tools, tokenizer):
     this episode made no progress; it scored r_local = 1.0 every turn, so looping could beat
     answering (here: 1.0 for the repeat vs 0.0 for a wrong answer). Only the FIRST call of
     a gold subtask (or one after failed attempts) pays."""
-    question = next(q for q in bench.questions("train", stage=1)
-                    if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
-    sub = question.subtasks[0]
+    question = _one_searcher_question(bench)
     options = _options(question)
-    options[("planner", 1)] = [P.render_call("searcher", sub.task), P.render_answer("wrong"),
-                               "x", P.render_call("searcher", "age of Nobody")]
-    cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
-                    k=4, at_grpo_alpha=0.5)
-    runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r, options), tokenizer,
-                                tool=tools.get(r)) for r in ("planner", "searcher")}
-    sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
-    (episode,) = sampler.run("r0", [question], seed=0)
-    rewards = {(t.agent, t.turn, t.rollout): t.reward for t in episode.candidates}
+    options[("planner", 1)] = [P.render_call("searcher", question.subtasks[0].task),
+                               P.render_answer("wrong"), "x",
+                               P.render_call("searcher", "age of Nobody")]
+    rewards = _tree_rewards(bench, tools, tokenizer, question, options)
     assert [rewards[("planner", 0, k)] for k in range(4)] == [0.0, 1.0, 0.0, 0.0]
     assert rewards[("searcher", 1, 0)] == 1.5  # the first call was solved
     assert [rewards[("planner", 1, k)] for k in range(4)] == [0.0, 0.0, 0.0, 0.0]
@@ -149,18 +142,27 @@ def test_redelegating_a_solved_subtask_earns_nothing(bench, tools, tokenizer):
 
 def test_redelegating_an_unsolved_subtask_still_pays(bench, tools, tokenizer):
     """A retry after the sub-agent failed is progress the planner may still earn."""
-    question = next(q for q in bench.questions("train", stage=1)
-                    if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
-    sub = question.subtasks[0]
+    question = _one_searcher_question(bench)
     options = _options(question)
     options[("searcher", 1)] = [P.render_return("1")] * 4  # the first call fails
-    options[("planner", 1)] = [P.render_call("searcher", sub.task), P.render_answer("wrong"),
-                               "x", "y"]
+    options[("planner", 1)] = [P.render_call("searcher", question.subtasks[0].task),
+                               P.render_answer("wrong"), "x", "y"]
+    rewards = _tree_rewards(bench, tools, tokenizer, question, options)
+    assert [rewards[("planner", 1, k)] for k in range(4)] == [1.0, 0.0, 0.0, 0.0]
+
+
+def _one_searcher_question(bench):
+    return next(q for q in bench.questions("train", stage=1)
+                if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
+
+
+def _tree_rewards(bench, tools, tokenizer, question, options) -> dict:
+    """AT-GRPO's tree on one question with scripted candidates (K = 4, alpha 0.5): each
+    candidate's reward by (agent, turn, rollout)."""
     cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
                     k=4, at_grpo_alpha=0.5)
     runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r, options), tokenizer,
                                 tool=tools.get(r)) for r in ("planner", "searcher")}
     sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
     (episode,) = sampler.run("r0", [question], seed=0)
-    rewards = {(t.agent, t.turn, t.rollout): t.reward for t in episode.candidates}
-    assert [rewards[("planner", 1, k)] for k in range(4)] == [1.0, 0.0, 0.0, 0.0]
+    return {(t.agent, t.turn, t.rollout): t.reward for t in episode.candidates}

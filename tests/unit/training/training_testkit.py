@@ -85,3 +85,27 @@ def run_config_dict(tmp: Path, model_path: Path, bench_dir: Path, **overrides) -
     }
     cfg.update(overrides)
     return cfg
+
+
+def sampled_samples(model, tok, prompts: list[list[int]], params: Callable[[int], SamplingParams],
+                    advantage: Callable[[int], float], shift: float = 0.0) -> list:
+    """Samples for ``policy_update`` drawn by the real torch engine: prompt ``i`` with
+    ``params(i)``, advantage ``advantage(i)``, planner and searcher alternating, and the
+    recorded rollout logprobs moved by ``shift`` (a sampler that disagrees with the trainer)."""
+    from mgrpo.engines.torch_engine import TorchEngine
+    from mgrpo.training.scoring import Sample
+    from mgrpo.types import Trajectory
+
+    engine = TorchEngine(model, tok, stop_at_eos=False)
+    outs = engine.generate([GenerationRequest(p, params(i)) for i, p in enumerate(prompts)])
+    samples = []
+    for i, out in enumerate(outs):
+        n = len(out.prompt_ids)
+        traj = Trajectory(
+            traj_id=f"r/q/{i}/x/0", round_id="r", query_id="q", rollout=i,
+            agent="planner" if i % 2 else "searcher", model="m",
+            input_ids=out.prompt_ids + out.completion_ids,
+            response_mask=[0] * n + [1] * len(out.completion_ids),
+            old_logprobs=[0.0] * n + [lp + shift for lp in out.logprobs])
+        samples.append(Sample(traj, advantage=advantage(i), reward=0.0))
+    return samples
