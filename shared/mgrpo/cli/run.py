@@ -71,10 +71,9 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
 def pin_cpu(cfg) -> dict:
     """The run config's CPU kernels and thread count for this process, before its first
     tensor operation (:mod:`mgrpo.training.numerics`); returns what is in use."""
-    from mgrpo.training.numerics import describe, fix_numerics
+    from mgrpo.training.numerics import pin
 
-    fix_numerics(cfg.cpu_threads, cfg.cpu_kernels)
-    return describe()
+    return pin(cfg.cpu_threads, cfg.cpu_kernels)
 
 
 def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),

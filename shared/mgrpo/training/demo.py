@@ -116,10 +116,9 @@ def pin_cpu(cfg: DemoConfig) -> dict:
     """The demo's kernels and thread count for this process (warm start and RL alike),
     before its first tensor operation (:mod:`mgrpo.training.numerics`); returns what is
     in use."""
-    from mgrpo.training.numerics import describe, fix_numerics
+    from mgrpo.training.numerics import pin
 
-    fix_numerics(cfg.threads, cfg.cpu_kernels)
-    return describe()
+    return pin(cfg.threads, cfg.cpu_kernels)
 
 
 def demo_benchmark(cfg: DemoConfig):
@@ -155,8 +154,8 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     built = {role: out / "models" / "sft" / role for role in ROLES}
     if all((path / "config.json").exists() for path in built.values()):
         # Demonstrations only feed the warm start: a second `mgrpo ablate` on the same
-        # warm start neither spends ~30 s rewriting them nor rewrites files another
-        # call may be reading.
+        # warm start neither spends 12 s to a minute rewriting them nor rewrites files
+        # another call may be reading.
         _stamp(f"warm start: reusing {', '.join(ROLES)} in {out / 'models' / 'sft'}", t0)
         return {role: str(path) for role, path in built.items()}
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,

@@ -65,3 +65,9 @@ def describe() -> dict:
 
     return {"torch": torch.__version__, "threads": torch.get_num_threads(),
             "kernels": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine()}
+
+
+def pin(threads: int | None, kernels: str) -> dict:
+    """:func:`fix_numerics`, then what this process computes with (:func:`describe`)."""
+    fix_numerics(threads, kernels)
+    return describe()
