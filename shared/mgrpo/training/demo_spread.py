@@ -27,6 +27,7 @@ DEMO_RUNS = (
     MeasuredRun("issue 17's re-run", (0.310, 0.570), (0.210, 0.400)),
     MeasuredRun("2026-11-24, threads fixed to 1", (0.310, 0.555), (0.120, 0.355)),
     MeasuredRun("2026-11-24, AVX2 kernels pinned", (0.250, 0.500), (0.110, 0.285)),
+    MeasuredRun("2026-11-24, pinned, next session (identical)", (0.250, 0.500), (0.110, 0.285)),
 )
 
 
