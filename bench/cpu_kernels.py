@@ -24,18 +24,15 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package: its
+# grpo_step.py (which imports torch) is imported after the worker's pin
+
 ARMS = ("avx2", "native")
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return {"median": round(q[1], 4), "q1": round(q[0], 4), "q3": round(q[2], 4)}
 
 
 def worker(kernels: str, group: int, prompts_n: int, length: int) -> None:
@@ -44,6 +41,7 @@ def worker(kernels: str, group: int, prompts_n: int, length: int) -> None:
 
     fix_numerics(1, kernels)
     import torch
+    from grpo_step import bench_prompts, even_share
 
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import TinyModelConfig, init_tiny, load_model
@@ -54,13 +52,7 @@ def worker(kernels: str, group: int, prompts_n: int, length: int) -> None:
         model, tok = load_model(init_tiny(Path(tmp) / "m", TinyModelConfig(seed=0)))
     opt = torch.optim.Adam(model.parameters(), lr=1e-5)
     engine = TorchEngine(model, tok, stop_at_eos=False)
-    gen = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(30, 390, (int(n),), generator=gen).tolist()
-               for n in torch.randint(8, 25, (prompts_n,), generator=gen)]
-
-    def even_share(prompt_ids, completion) -> float:
-        ids = completion.completion_ids
-        return sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
+    prompts = bench_prompts(prompts_n)
 
     print("READY " + json.dumps(describe()), flush=True)
     for step, _ in enumerate(sys.stdin):
@@ -93,6 +85,8 @@ def _step(proc: subprocess.Popen) -> tuple[float, float]:
 
 
 def run(steps: int, group: int, prompts_n: int, length: int) -> dict:
+    from grpo_step import summary
+
     workers = {arm: _start(arm, group, prompts_n, length) for arm in ARMS}
     times = {arm: {"gen_s": [], "update_s": [], "step_s": []} for arm in ARMS}
     load_before = os.getloadavg()
@@ -107,7 +101,7 @@ def run(steps: int, group: int, prompts_n: int, length: int) -> dict:
         proc.stdin.close()
         proc.wait(timeout=60)
     keys = ("step_s", "gen_s", "update_s")
-    out = {arm: {key: _summary(times[arm][key]) for key in keys} for arm in ARMS}
+    out = {arm: {key: summary(times[arm][key]) for key in keys} for arm in ARMS}
     return {"model": "tiny qwen2 (TinyModelConfig(), CPU)", "G": group, "P": prompts_n,
             "L": length, "steps": steps, "cpu": {arm: w[1] for arm, w in workers.items()},
             "machine": platform.processor() or platform.machine(),
@@ -118,7 +112,7 @@ def run(steps: int, group: int, prompts_n: int, length: int) -> dict:
                 key: round(out["avx2"][key]["median"] / out["native"][key]["median"], 3)
                 for key in keys},
             "paired_ratio_avx2_over_native": {
-                key: _summary([a / b for a, b in zip(times["avx2"][key],
+                key: summary([a / b for a, b in zip(times["avx2"][key],
                                                      times["native"][key], strict=True)])
                 for key in keys}}
 

@@ -46,14 +46,23 @@ from mgrpo.training.config import ModelConfig
 from mgrpo.training.step import grpo_step
 
 
-def _even_share(prompt_ids, completion) -> float:
+def even_share(prompt_ids, completion) -> float:
+    """The benchmark's reward: the share of even token ids in a completion."""
     return sum(t % 2 == 0 for t in completion.completion_ids) / max(
         len(completion.completion_ids), 1)
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def summary(values: list[float]) -> dict[str, float]:
+    """Median and quartiles, rounded."""
     q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
     return {"median": round(q[1], 4), "q1": round(q[0], 4), "q3": round(q[2], 4)}
+
+
+def bench_prompts(n: int) -> list[list[int]]:
+    """``n`` fixed prompts of 8-24 token ids (generator seed 1)."""
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randint(30, 390, (int(k),), generator=gen).tolist()
+            for k in torch.randint(8, 25, (n,), generator=gen)]
 
 
 def _trl_worker(python: str, folder: Path, steps: int, group: int, prompts: list[list[int]],
@@ -92,9 +101,7 @@ def run(steps: int, group: int, prompts_n: int, length: int, trl_python: str) ->
             "engine": TorchEngine(model, tok, stop_at_eos=False, sort_free=fast,
                                   static_cache=fast),
             "times": {"step_s": [], "gen_s": [], "update_s": []}}
-    gen = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(30, 390, (int(n),), generator=gen).tolist()
-               for n in torch.randint(8, 25, (prompts_n,), generator=gen)]
+    prompts = bench_prompts(prompts_n)
     mcfg = ModelConfig(path="-", micro_batch_size=16)
     trl = _trl_worker(trl_python, folder, steps, group, prompts, length)
     trl_times: list[float] = []
@@ -106,7 +113,7 @@ def run(steps: int, group: int, prompts_n: int, length: int, trl_python: str) ->
                 trl_times.append(seconds)
         names = ["ours", "before"] if step % 2 else ["before", "ours"]  # no order bias
         for v in (variants[n] for n in names):
-            result = grpo_step(v["model"], v["tok"], v["opt"], prompts, _even_share,
+            result = grpo_step(v["model"], v["tok"], v["opt"], prompts, even_share,
                                group_size=group, max_new_tokens=length, seed=step * 1000,
                                model_cfg=mcfg, engine=v["engine"], stop_at_eos=False,
                                reuse_first_pass=v["fast"])
@@ -115,12 +122,12 @@ def run(steps: int, group: int, prompts_n: int, length: int, trl_python: str) ->
                 v["times"]["gen_s"].append(m["gen_s"])
                 v["times"]["update_s"].append(m["update_s"])
                 v["times"]["step_s"].append(m["gen_s"] + m["update_s"])
-    out = {name: {key: _summary(vals) for key, vals in v["times"].items()}
+    out = {name: {key: summary(vals) for key, vals in v["times"].items()}
            for name, v in variants.items()}
     ratio = {key: round(out["ours"][key]["median"] / out["before"][key]["median"], 3)
              for key in ("step_s", "gen_s", "update_s")}
     # paired: step i of ours against step i of before (run back to back): less load drift
-    paired = {key: _summary([a / b for a, b in zip(variants["ours"]["times"][key],
+    paired = {key: summary([a / b for a, b in zip(variants["ours"]["times"][key],
                                                    variants["before"]["times"][key],
                                                    strict=True)])
               for key in ("step_s", "gen_s", "update_s")}
@@ -128,13 +135,13 @@ def run(steps: int, group: int, prompts_n: int, length: int, trl_python: str) ->
     if trl is not None:
         trl.stdin.close()
         trl.wait(timeout=120)
-        out["trl"] = {"step_s": _summary(trl_times)}
+        out["trl"] = {"step_s": summary(trl_times)}
         trl_note = "TRL 1.16 GRPOTrainer, own venv, same alternation"
         ratio["ours_over_trl_step"] = round(out["ours"]["step_s"]["median"]
                                             / out["trl"]["step_s"]["median"], 3)
         ratio["before_over_trl_step"] = round(out["before"]["step_s"]["median"]
                                               / out["trl"]["step_s"]["median"], 3)
-        paired["ours_over_trl_step"] = _summary(
+        paired["ours_over_trl_step"] = summary(
             [a / b for a, b in zip(variants["ours"]["times"]["step_s"], trl_times,
                                    strict=True)])
     tmp.cleanup()

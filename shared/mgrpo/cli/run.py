@@ -56,24 +56,17 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     out_dir is refused unless --resume (continue it) or --overwrite (replace it)."""
     from mgrpo.training.config import load_run_config
     from mgrpo.training.loop import run_training
+    from mgrpo.training.numerics import pin
     from mgrpo.training.plots import plot_run
 
     cfg = load_run_config(config, _parse_overrides(set_))
-    cpu = pin_cpu(cfg)
+    cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume)
     plot_run(cfg.out_dir)
     typer.echo(json.dumps({"out_dir": str(result.out_dir), "rounds": result.rounds,
                            "before": result.before, "after": result.after,
                            "wall_s": round(result.wall_s, 1), "cpu": cpu}, indent=2))
-
-
-def pin_cpu(cfg) -> dict:
-    """The run config's CPU kernels and thread count for this process, before its first
-    tensor operation (:mod:`mgrpo.training.numerics`); returns what is in use."""
-    from mgrpo.training.numerics import pin
-
-    return pin(cfg.cpu_threads, cfg.cpu_kernels)
 
 
 def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),
@@ -100,9 +93,10 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.cli.errors import UserError
     from mgrpo.training.config import load_run_config
     from mgrpo.training.heldout import other_seed_benchmark, parse_stage
+    from mgrpo.training.numerics import pin
 
     cfg = load_run_config(config, _parse_overrides(set_))
-    cpu = pin_cpu(cfg)
+    cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
         chosen = parse_stage(stage)
     except ValueError as exc:

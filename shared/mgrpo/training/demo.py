@@ -112,6 +112,11 @@ def _stamp(msg: str, t0: float) -> None:
 ROLES = ("planner", "searcher", "coder")  # the demo's models, each warm-started by prepare
 
 
+def sft_dir(cfg: DemoConfig, name: str) -> Path:
+    """Where model ``name``'s warm start is saved; it counts as built once its config is."""
+    return Path(cfg.out_dir) / "models" / "sft" / name
+
+
 def pin_cpu(cfg: DemoConfig) -> dict:
     """The demo's kernels and thread count for this process (warm start and RL alike),
     before its first tensor operation (:mod:`mgrpo.training.numerics`); returns what is
@@ -151,12 +156,12 @@ def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     bench = demo_benchmark(cfg)
     bench.save(out / "bench")
     _stamp(f"benchmark: {bench.counts()}", t0)
-    built = {role: out / "models" / "sft" / role for role in ROLES}
+    built = {role: sft_dir(cfg, role) for role in ROLES}
     if all((path / "config.json").exists() for path in built.values()):
         # Demonstrations only feed the warm start: a second `mgrpo ablate` on the same
         # warm start neither spends 12 s to a minute rewriting them nor rewrites files
         # another call may be reading.
-        _stamp(f"warm start: reusing {', '.join(ROLES)} in {out / 'models' / 'sft'}", t0)
+        _stamp(f"warm start: reusing {', '.join(ROLES)} in {built['planner'].parent}", t0)
         return {role: str(path) for role, path in built.items()}
     errors = ExpertErrors(planner=cfg.planner_errors, searcher=cfg.searcher_errors,
                           coder=cfg.coder_errors)
@@ -205,12 +210,11 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
     from mgrpo.models.permissions import make_readable
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
 
-    out = Path(cfg.out_dir)
-    sft_dir = out / "models" / "sft" / name
-    if (sft_dir / "config.json").exists():
-        _stamp(f"warm start {name}: reusing {sft_dir}", t0)
-        return str(sft_dir)
-    base = out / "models" / "init" / name
+    target = sft_dir(cfg, name)
+    if (target / "config.json").exists():
+        _stamp(f"warm start {name}: reusing {target}", t0)
+        return str(target)
+    base = Path(cfg.out_dir) / "models" / "init" / name
     init_tiny(base, TinyModelConfig(vocab_size=cfg.vocab_size, seed=cfg.seed),
               corpus_texts=texts)
     model, tokenizer = load_model(base)
@@ -218,14 +222,14 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
     metrics = train_sft(model, tokenizer, load_sft_jsonl(data),
                         SFTConfig(steps=steps, batch_size=cfg.sft_batch, seed=cfg.seed,
                                   eval_every=100), progress=True)
-    model.save_pretrained(sft_dir)
-    tokenizer.save_pretrained(sft_dir)
-    save_metrics(metrics, sft_dir / "sft_metrics.json")
-    make_readable(sft_dir)  # the services' user must read what this user wrote
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    save_metrics(metrics, target / "sft_metrics.json")
+    make_readable(target)  # the services' user must read what this user wrote
     curve = metrics["eval_loss"] or list(enumerate(metrics["train_loss"]))  # few examples:
     kind = "eval" if metrics["eval_loss"] else "train"                     # no eval split
     _stamp(f"warm start {name}: {kind} loss {curve[0][1]:.3f} -> {curve[-1][1]:.3f}", t0)
-    return str(sft_dir)
+    return str(target)
 
 
 def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:

@@ -57,20 +57,28 @@ print(json.dumps({"threads": torch.get_num_threads(), "sha256": digest.hexdigest
 '''
 
 
-def _warm_start(tmp_path: Path, omp_threads: int, kernels: str = "avx2",
-                **shell: str) -> dict:
-    repo_shared = REPO / "shared"
+def _fresh_process(args: list[str], omp_threads: int, **shell: str) -> str:
+    """stdout of ``python ARGS`` in a fresh process (kernels are chosen once per process):
+    this checkout's library, OMP_NUM_THREADS set, no kernel pin from this shell, then
+    ``shell``'s variables."""
     env = {**os.environ, "OMP_NUM_THREADS": str(omp_threads), "MKL_NUM_THREADS":
-           str(omp_threads), "PYTHONPATH": f"{repo_shared}{os.pathsep}"
-           f"{os.environ.get('PYTHONPATH', '')}", "TOKENIZERS_PARALLELISM": "false"}
+           str(omp_threads), "PYTHONPATH": f"{REPO / 'shared'}{os.pathsep}"
+           f"{os.environ.get('PYTHONPATH', '')}", "TOKENIZERS_PARALLELISM": "false",
+           "MGRPO_PROGRESS": "0"}
     for name in KERNEL_ENV["avx2"]:
         env.pop(name, None)
     env.update(shell)
-    out = tmp_path / f"omp{omp_threads}-{kernels}-{len(shell)}"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), kernels], env=env,
-                          text=True, capture_output=True, timeout=600)
+    proc = subprocess.run([sys.executable, *args], env=env, text=True, capture_output=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout
+
+
+def _warm_start(tmp_path: Path, omp_threads: int, kernels: str = "avx2",
+                **shell: str) -> dict:
+    out = tmp_path / f"omp{omp_threads}-{kernels}-{len(shell)}"
+    stdout = _fresh_process(["-c", SCRIPT, str(out), kernels], omp_threads, **shell)
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_demo_warm_start_is_identical_under_one_and_two_shell_threads(tmp_path):
@@ -108,21 +116,14 @@ def test_unknown_cpu_kernels_are_refused():
 
 
 def _mgrpo_eval(tmp_path: Path, config: dict, **shell: str) -> dict:
-    """`mgrpo eval` in a fresh process (kernels are chosen once per process)."""
+    """`mgrpo eval` in a fresh process, the shell at 2 threads."""
     import yaml
 
     path = tmp_path / f"run-{config['cpu_kernels']}-{len(shell)}.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": f"{REPO / 'shared'}"
-           f"{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "MGRPO_PROGRESS": "0"}
-    for name in KERNEL_ENV["avx2"]:
-        env.pop(name, None)
-    env.update(shell)
-    proc = subprocess.run([sys.executable, "-m", "mgrpo.cli.main", "eval", "--config",
-                           str(path), "--n", "2", "--stage", "1"], env=env, text=True,
-                          capture_output=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
+    stdout = _fresh_process(["-m", "mgrpo.cli.main", "eval", "--config", str(path), "--n",
+                             "2", "--stage", "1"], 2, **shell)
+    return json.loads(stdout[stdout.index("{"):])
 
 
 @pytest.mark.skipif(not _has_avx2(), reason="the AVX2 pin needs an x86 CPU with AVX2")
