@@ -152,6 +152,37 @@ def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=Non
     return version_uri(root_uri, name, version)
 
 
+def payload_digests(model, tokenizer=None) -> dict[str, str]:
+    """{filename: sha256} of the files :func:`save_checkpoint` would write for ``model`` now
+    (the manifest's ``files`` entries, without writing anything)."""
+    files, _, _ = _payload_files(model, tokenizer)
+    return {filename: hashlib.sha256(data).hexdigest() for filename, data in files.items()}
+
+
+def verified_manifest(uri: str) -> dict | None:
+    """The manifest of one version directory when it is complete and every file it lists has
+    its sha256 and size; None when the directory or its manifest is absent. A torn or
+    corrupted file raises :class:`CheckpointError` (as loading would)."""
+    fs, path = _fs_and_path(uri)
+    if not fs.exists(f"{path}/{MANIFEST}"):
+        return None
+    manifest = json.loads(fs.cat_file(f"{path}/{MANIFEST}"))
+    for filename, entry in manifest["files"].items():
+        try:
+            data = fs.cat_file(f"{path}/{filename}")
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{uri}: {filename} listed in the manifest is missing") from exc
+        if hashlib.sha256(data).hexdigest() != entry["sha256"] or len(data) != entry["size"]:
+            raise CheckpointError(f"{uri}: {filename} differs from its manifest entry")
+    return manifest
+
+
+def version_exists(root_uri: str, name: str, version: int) -> bool:
+    """Whether ``{root}/{name}/v{version:06d}`` exists (complete or not)."""
+    fs, path = _fs_and_path(version_uri(root_uri, name, version))
+    return fs.exists(path)
+
+
 def _publish(fs, tmp: str, final: str, name: str, version: int) -> None:
     """Rename the finished temp folder to its version name, refusing an existing one."""
     if _is_local(fs):

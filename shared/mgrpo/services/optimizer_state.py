@@ -71,6 +71,29 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> 
             "size": len(data)}
 
 
+def optimizer_state_digest(optimizer: torch.optim.Optimizer) -> str:
+    """sha256 of the bytes :func:`save_optimizer_state` would write for ``optimizer`` now."""
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def optimizer_file_digest(version_uri: str) -> str | None:
+    """sha256 of the optimizer file next to ``version_uri``; None when there is none."""
+    try:
+        with fsspec.open(optimizer_state_uri(version_uri), "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def discard_optimizer_state(version_uri: str) -> None:
+    """Remove the optimizer file of a version its owner never committed (if any)."""
+    fs, path = fsspec.core.url_to_fs(optimizer_state_uri(version_uri))
+    if fs.exists(path):
+        fs.rm(path)
+
+
 def load_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> bool:
     """Load the optimizer state a checkpoint's manifest names into ``optimizer``.
 

@@ -113,13 +113,20 @@ class RunWeights:
     def save_checkpoint(self, version: int, round_id: str | None, run_id: str) -> str:
         """Optimizer state, then the weights (atomic, write-once; the manifest names the
         optimizer file and its sha256, and the parent the update started from), then the
-        store record: a checkpoint is recorded only when complete. Returns its URI."""
+        store record: a checkpoint is recorded only when complete. Returns its URI.
+
+        Idempotent on retry: a version folder that an earlier try wrote completely but could
+        not record (the store went down in between) is recorded as it is when it holds
+        exactly what this try would write (:meth:`reuse_unrecorded`)."""
         from mgrpo.models.checkpoint import MANIFEST, save_checkpoint, version_uri
 
         lm, root = self.lm, self.run_root(run_id)
         extra: dict = {"round_id": round_id, "run_id": run_id,
                        "parent": self._weights_of[1] if self._weights_of else None}
-        if lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
+        uri = self.reuse_unrecorded(root, version, run_id, extra)
+        if uri is not None:
+            pass  # an earlier try of this round wrote exactly this version: record it
+        elif lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
             uri = lm.ranks.save(lm, root, version, extra)
         else:
             if lm.optimizer is not None:
@@ -132,6 +139,59 @@ class RunWeights:
         lm.engine.version = lm.version = version
         self._weights_of = (run_id, uri)
         return uri
+
+    def reuse_unrecorded(self, root: str, version: int, run_id: str,
+                         extra: dict) -> str | None:
+        """The URI of ``version`` when its folder exists, is complete, is not recorded, and
+        holds the same weights, optimizer state and manifest ``extra`` as this try would
+        write; None otherwise, after discarding such an unrecorded folder that differs (no
+        reader loads a version the store does not record). A recorded version is left alone:
+        the write-once guard refuses it."""
+        from mgrpo.models.checkpoint import (
+            CheckpointError,
+            discard_version,
+            verified_manifest,
+            version_exists,
+            version_uri,
+        )
+        from mgrpo.services.optimizer_state import discard_optimizer_state
+
+        lm = self.lm
+        if not version_exists(root, lm.name, version) or \
+                self.store.get_checkpoint(lm.name, version, run_id=run_id) is not None:
+            return None
+        uri = version_uri(root, lm.name, version)
+        try:
+            manifest = verified_manifest(uri)
+        except CheckpointError:
+            manifest = None  # torn: discarded below
+        if manifest is not None and lm.ranks is None and _same_content(lm, manifest, extra,
+                                                                       uri):
+            log.info("trainer %s: v%d of run %s was written before its store record failed; "
+                     "recording it", lm.name, version, run_id)
+            return uri
+        discard_version(root, lm.name, version)
+        discard_optimizer_state(uri)
+        log.warning("trainer %s: discarded the unrecorded v%d of run %s (%s); writing it "
+                    "again", lm.name, version, run_id,
+                    "incomplete" if manifest is None else "other content")
+        return None
+
+
+def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bool:
+    """Whether the written version holds ``lm``'s weights and optimizer state and ``extra``."""
+    from mgrpo.models.checkpoint import payload_digests
+    from mgrpo.services.optimizer_state import optimizer_file_digest, optimizer_state_digest
+
+    written = dict(manifest.get("extra", {}))
+    entry = written.pop("optimizer", None)
+    if written != extra or {name: file["sha256"] for name, file in manifest["files"].items()} \
+            != payload_digests(lm.model, lm.tokenizer):
+        return False
+    if lm.optimizer is None:
+        return entry is None
+    digest = optimizer_state_digest(lm.optimizer)
+    return entry is not None and entry["sha256"] == digest == optimizer_file_digest(uri)
 
 
 def _sha256(uri: str) -> str:

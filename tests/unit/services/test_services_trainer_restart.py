@@ -4,6 +4,9 @@ model, SQLite store, local checkpoint folder; no round is played (steps on a fix
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 import torch
 from services_testkit import make_tiny, write_run_config
@@ -106,8 +109,6 @@ def test_trainer_removes_leftovers_of_killed_writes(deployment):
     """A trainer killed mid-save leaves a temp folder, a temp optimizer file, or a complete
     version it never recorded; the next trainer of the run removes them (issue 16 item 4)
     and resumes from the recorded version."""
-    from pathlib import Path
-
     from mgrpo.models.checkpoint import save_checkpoint
 
     settings, cfg, store = deployment
@@ -123,3 +124,61 @@ def test_trainer_removes_leftovers_of_killed_writes(deployment):
     assert sorted(p.name for p in folder.iterdir()) == ["v000001", "v000001.optimizer.pt"]
     assert second.lm.version == 1
     assert [c.version for c in store.list_checkpoints("searcher", run_id=RUN)] == [1]
+
+
+def _record_fails_once(store, monkeypatch) -> None:
+    """The store's first ``record_checkpoint`` raises the driver's transient error (the
+    database restarting between the checkpoint write and its record)."""
+    from sqlalchemy.exc import OperationalError
+
+    real, calls = store.record_checkpoint, []
+
+    def record(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("INSERT INTO checkpoints", {}, Exception("server closed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "record_checkpoint", record)
+
+
+def test_retry_records_the_unrecorded_version_it_wrote_already(deployment, monkeypatch):
+    """The retry of a save whose record failed finds the same complete version folder, with
+    the same weights and optimizer state, and records it instead of refusing it."""
+    from sqlalchemy.exc import OperationalError
+
+    settings, cfg, store = deployment
+    trainer = start(settings, cfg, store)
+    step(trainer)
+    _record_fails_once(store, monkeypatch)
+    with pytest.raises(OperationalError):
+        trainer.save_checkpoint(1, round_id=None, run_id=RUN)
+    written = (Path(trainer.run_root(RUN)) / "searcher" / "v000001" / "manifest.json")
+    first_manifest = written.read_bytes()
+    uri = trainer.save_checkpoint(1, round_id=None, run_id=RUN)  # the retry
+    assert written.read_bytes() == first_manifest  # recorded as written, not rewritten
+    record = store.latest_checkpoint("searcher", run_id=RUN)
+    assert (record.version, record.uri) == (1, uri)
+    assert record.sha256 == hashlib.sha256(first_manifest).hexdigest()
+    restarted = start(settings, cfg, store)
+    assert_same(params(trainer), params(restarted))
+
+
+def test_retry_with_other_weights_replaces_the_unrecorded_version(deployment, monkeypatch):
+    """An unrecorded version whose content differs from the retry's (a nondeterministic
+    update) is discarded and written again; nobody ever loaded it."""
+    from sqlalchemy.exc import OperationalError
+
+    settings, cfg, store = deployment
+    trainer = start(settings, cfg, store)
+    step(trainer)
+    _record_fails_once(store, monkeypatch)
+    with pytest.raises(OperationalError):
+        trainer.save_checkpoint(1, round_id=None, run_id=RUN)
+    step(trainer)
+    trainer.save_checkpoint(1, round_id=None, run_id=RUN)
+    restarted = start(settings, cfg, store)
+    assert restarted.lm.version == 1
+    assert_same(params(trainer), params(restarted))
+    folder = Path(trainer.run_root(RUN)) / "searcher"
+    assert sorted(p.name for p in folder.iterdir()) == ["v000001", "v000001.optimizer.pt"]
