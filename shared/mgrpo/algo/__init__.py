@@ -4,7 +4,8 @@
 - ``groups``: group statistics, group-relative advantages, DAPO filter, greedy choice
 - ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
 - ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
-- ``loss``: token-level clipped policy loss, KL estimators, the one aggregation function
+- ``loss``: token-level clipped policy loss, the one aggregation function
+- ``kl``: the KL estimators k1, k2, k3, k1+, k3+ (values, gradients, KL in the reward)
 - ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
 - ``paired``: paired bootstrap interval of the accuracy difference of two systems (ablations)
 
@@ -37,7 +38,14 @@ from mgrpo.algo.groups import (
     group_advantages,
     group_stats,
 )
-from mgrpo.algo.loss import AGG_MODES, KL_ESTIMATORS, aggregate_loss, kl_divergence, policy_loss
+from mgrpo.algo.kl import (
+    KL_ESTIMATORS,
+    KL_LOSS_ESTIMATORS,
+    kl_penalty,
+    kl_value,
+    sequence_kl_penalty,
+)
+from mgrpo.algo.loss import AGG_MODES, aggregate_loss, kl_divergence, policy_loss
 from mgrpo.algo.rewards import (
     PLANNER_WEIGHTS,
     SUBAGENT_WEIGHTS,
@@ -52,13 +60,15 @@ from mgrpo.algo.rollout_correction import (
 )
 
 __all__ = [
-    "AGG_MODES", "KL_ESTIMATORS", "PLANNER_WEIGHTS", "ROLLOUT_IS_LEVELS", "SUBAGENT_WEIGHTS",
+    "AGG_MODES", "KL_ESTIMATORS", "KL_LOSS_ESTIMATORS", "PLANNER_WEIGHTS", "ROLLOUT_IS_LEVELS",
+    "SUBAGENT_WEIGHTS",
     "AlignedAdvantages", "AlignedSlots", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
     "SubagentRollouts",
     "advantages_from_stats", "aggregate_loss", "align_batch", "align_subagents",
     "at_grpo_advantages", "at_grpo_group_ids", "auto_d", "call_counts", "dr_grpo_advantages",
     "dynamic_sampling_mask", "estimator_names", "get_estimator", "greedy_choice",
-    "group_advantages", "group_stats", "grpo_advantages", "kl_divergence", "mgrpo_advantages",
+    "group_advantages", "group_stats", "grpo_advantages", "kl_divergence", "kl_penalty",
+    "kl_value", "sequence_kl_penalty", "mgrpo_advantages",
     "mix_turn_reward", "planner_advantages", "planner_reward", "policy_loss",
     "register_estimator", "rollout_is_weights", "rollout_mismatch", "subagent_advantages",
     "subagent_reward",

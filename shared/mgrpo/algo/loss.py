@@ -4,9 +4,11 @@ Per generated token (b, t):
 
     rho   = exp(logprobs - old_logprobs)
     l_pg  = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))      # PPO clip, DAPO eps
-    l     = w * l_pg + kl_coef * kl(logprobs, ref_logprobs)               # k1 / k2 / k3
+    l     = w * l_pg + kl_coef * kl(logprobs, ref_logprobs) - entropy_coef * H
 
-(``w``: optional truncated importance weights pi_old / pi_rollout, default 1.)
+(``w``: optional truncated importance weights pi_old / pi_rollout, default 1; ``kl``: one of
+:mod:`mgrpo.algo.kl`'s estimators, whose gradients differ: see there; ``H``: the entropy of
+each predictive distribution, with gradient, when ``entropy_coef > 0``.)
 
 then ONE function, :func:`aggregate_loss`, reduces the (B, T) matrix to a scalar:
 
@@ -29,10 +31,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from mgrpo.algo.kl import KL_ESTIMATORS, KLEstimator, kl_penalty
+
+__all__ = ["AGG_MODES", "KL_ESTIMATORS", "aggregate_loss", "kl_divergence", "policy_loss"]
+
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
 
 def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean", *,
@@ -73,22 +77,10 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean",
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {list(AGG_MODES)}")
 
 
-def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL").
-
-    With ``x = logprobs - ref_logprobs``: k1 = x; k2 = x^2 / 2; k3 = exp(-x) + x - 1
-    (= exp(ref - logp) - (ref - logp) - 1: unbiased and >= 0).
-
-    Args: logprobs, ref_logprobs (B, T). Returns (B, T).
-    """
-    x = logprobs - ref_logprobs
-    if estimator == "k1":
-        return x
-    if estimator == "k2":
-        return 0.5 * x * x
-    if estimator == "k3":
-        return torch.exp(-x) + x - 1.0
-    raise ValueError(f"unknown KL estimator {estimator!r}; valid: {list(KL_ESTIMATORS)}")
+def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3+"
+                  ) -> Tensor:
+    """Per-token KL term (B, T) of ``estimator``: :func:`mgrpo.algo.kl.kl_penalty`."""
+    return kl_penalty(logprobs, ref_logprobs, estimator)
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> float:
@@ -149,9 +141,10 @@ def _check_loss_inputs(logprobs: Tensor, old_logprobs: Tensor, advantages: Tenso
 def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
                 response_mask: Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28,
                 agg: AggMode = "token-mean", ref_logprobs: Tensor | None = None,
-                kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3",
+                kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3+",
                 entropy: Tensor | None = None, norm_length: int | None = None,
-                is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                is_weights: Tensor | None = None, entropy_coef: float = 0.0,
+                ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss of GRPO/M-GRPO at token level (Eq. 14-19; DAPO clip-higher).
 
     ``l = max(-A*rho, -A*clip(rho, 1-eps_low, 1+eps_high)) + kl_coef * kl``, aggregated by
@@ -165,12 +158,16 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
         eps_low, eps_high: clip range [1 - eps_low, 1 + eps_high]; default 0.2 / 0.28 (DAPO).
         agg: aggregation mode, see :func:`aggregate_loss`.
         ref_logprobs: (B, T) frozen reference logprobs; required if kl_coef > 0.
-        kl_coef: weight of the KL term (default 0: no KL). kl_estimator: "k1", "k2" or "k3".
-        entropy: (B, T) per-token entropy, optional; reported as a metric only.
+        kl_coef: weight of the KL term (default 0: no KL). kl_estimator: a name of
+            :data:`mgrpo.algo.kl.KL_ESTIMATORS`; only k2, k1+ and k3+ have the gradient of
+            KL(pi || pi_ref) (:mod:`mgrpo.algo.kl`; the run config refuses the others here).
+        entropy: (B, T) per-token entropy, optional; a metric, and with ``entropy_coef > 0``
+            the bonus ``- entropy_coef * agg(entropy)`` (then it must carry its gradient).
         norm_length: constant L for seq-mean-token-sum-norm.
         is_weights: (B, T) constant per-token weights on the policy-gradient term (truncated
             importance sampling pi_old / pi_rollout, :mod:`mgrpo.algo.rollout_correction`);
             ``None`` = 1. The KL term is not weighted.
+        entropy_coef: weight of the entropy bonus (default 0; verl ``entropy_coeff``).
 
     Returns:
         (loss scalar, metrics): loss, pg_loss, clipfrac_low, clipfrac_high, clipfrac,
@@ -202,6 +199,11 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
             loss = loss + kl_coef * aggregate_loss(kl_mat, mask, agg, norm_length=norm_length)
     if entropy is not None:
         metrics["entropy"] = _masked_mean(entropy.detach().double(), mask)
+        if entropy_coef != 0:
+            ent = torch.where(mask, entropy, zeros)
+            loss = loss - entropy_coef * aggregate_loss(ent, mask, agg, norm_length=norm_length)
+    elif entropy_coef != 0:
+        raise ValueError(f"entropy_coef={entropy_coef} needs entropy (B, T) with its gradient")
     metrics["pg_loss"] = float(pg_loss.detach())
     metrics["loss"] = float(loss.detach())
     return loss, metrics

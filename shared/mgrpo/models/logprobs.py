@@ -21,12 +21,14 @@ import torch
 
 
 def _logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool,
-                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          temperature: float = 1.0, entropy_grad: bool = False,
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``logits`` (B, L, V), ``targets`` (B, L) -> logp (B, L) [, entropy (B, L)].
 
     ``logp = logits[target] - logsumexp(logits)``: avoids materialising a (B, L, V)
-    log-softmax, which matters for real vocabularies (150k). Entropy is a diagnostic: it is
-    computed without gradient (no (B, L, V) graph kept for it).
+    log-softmax, which matters for real vocabularies (150k). Entropy is a diagnostic,
+    computed without gradient (no (B, L, V) graph kept for it), unless ``entropy_grad``
+    (an entropy bonus in the loss).
     """
     logits = logits.float()
     if temperature != 1.0:
@@ -35,22 +37,23 @@ def _logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, with_entr
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
     entropy = None
     if with_entropy:
-        with torch.no_grad():  # H = log Z - sum_v p_v * logit_v
-            probs = torch.softmax(logits, dim=-1)
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)  # H = log Z - sum_v p_v * logit_v
             entropy = log_z - (probs * logits).sum(-1)
     return logp, entropy
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    micro_batch_size: int = 8, with_entropy: bool = False,
-                   temperature: float = 1.0):
+                   temperature: float = 1.0, entropy_grad: bool = False):
     """Per-token ``log p(x_t | x_<t)`` for a right-padded batch, in micro-batches.
 
     Args:
         input_ids: (B, T) token ids.
         attention_mask: (B, T), 1 on real tokens; ``None`` = all ones.
         micro_batch_size: rows per forward pass; the result does not depend on it (tested).
-        with_entropy: also return the entropy of each predictive distribution (no gradient).
+        with_entropy: also return the entropy of each predictive distribution (no gradient
+            unless ``entropy_grad``).
         temperature: logits are divided by it (> 0); 1 = the raw distribution.
 
     Returns:
@@ -71,7 +74,8 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         ids = input_ids[start:start + micro_batch_size]
         mask = attention_mask[start:start + micro_batch_size]
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (b, T, V)
-        logp, ent = _logprobs_from_logits(logits[:, :-1], ids[:, 1:], with_entropy, temperature)
+        logp, ent = _logprobs_from_logits(logits[:, :-1], ids[:, 1:], with_entropy, temperature,
+                                         entropy_grad)
         zeros = logp.new_zeros(ids.shape[0], 1)
         logp_parts.append(torch.cat([zeros, logp], dim=1))
         if with_entropy:

@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, model_validator
 
+from mgrpo.algo.kl import KL_LOSS_ESTIMATORS
 from mgrpo.models.lora import LoraSpec
 from mgrpo.validation import StrictModel
 
@@ -37,7 +38,18 @@ class LossConfig(StrictModel):
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     kl_coef: float = Field(0.0, ge=0, description="KL to a frozen reference model (each "
                            "model's `ref_path`, default its starting `path`); 0 = off.")
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3", "k1+", "k3+"] = Field(
+        "k3+", description="Per-token KL estimator (verl's names, mgrpo.algo.kl). In the loss "
+        "only k2, k1+ and k3+ have the gradient of KL(pi||pi_ref) (k1+/k3+: value of k1/k3, "
+        "gradient of k2); k1 (gradient 0) and k3 (gradient of the reverse KL) are refused "
+        "there. In the reward (kl_in_reward) only the value counts: k1 is the usual choice.")
+    kl_in_reward: bool = Field(
+        False, description="Subtract kl_coef * k_t per generated token from the reward before "
+        "the advantages (verl use_kl_in_reward: a sequence's reward falls by kl_coef * "
+        "sum_t k_t, pi = the sampler's logprobs) instead of adding a KL term to the loss.")
+    entropy_coef: float = Field(
+        0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coef * agg(H) over "
+        "the trained tokens (verl entropy_coeff). 0 = off (entropy is still reported).")
     rollout_is: Literal["none", "token", "sequence"] = Field(
         "none", description="Truncated importance sampling pi_old / pi_rollout on the policy "
         "loss (verl's rollout correction): per token, per sequence, or off.")
@@ -47,10 +59,26 @@ class LossConfig(StrictModel):
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal (no signal).")
     eps: float = 1e-6
+
+    def kl_in_loss(self) -> bool:
+        """Whether the policy loss carries a KL term (on, and not moved into the reward)."""
+        return self.kl_coef > 0 and not self.kl_in_reward
     norm_length: int | None = Field(
         None, ge=1, description="Dr. GRPO's constant L in sum(m*l) / (B*L) "
         "(seq-mean-token-sum-norm; verl: loss_scale_factor). None = the generation budget, "
         "RunConfig.loss_norm_length().")
+
+    @model_validator(mode="after")
+    def _kl_in_loss(self) -> LossConfig:
+        if self.kl_coef > 0 and not self.kl_in_reward \
+                and self.kl_estimator not in KL_LOSS_ESTIMATORS:
+            why = {"k1": "its expected gradient is 0 (it regularises nothing)",
+                   "k3": "its expected gradient is that of the reverse KL(pi_ref||pi)"}
+            plus = "k1+" if self.kl_estimator == "k1" else "k3+"
+            raise ValueError(f"loss.kl_estimator={self.kl_estimator} in the loss: "
+                             f"{why[self.kl_estimator]}; use {plus} (its value, the gradient "
+                             "of KL(pi||pi_ref)) or k2, or set loss.kl_in_reward: true")
+        return self
 
 
 class ModelConfig(StrictModel):
@@ -274,6 +302,10 @@ class RunConfig(StrictModel):
                              "stale samples are corrected by truncated importance weights "
                              "pi_old / pi_rollout (decoupled PPO); without them the update "
                              "is biased")
+        if self.loss.kl_in_reward and self.algorithm == "at_grpo":
+            raise ValueError("loss.kl_in_reward with algorithm at_grpo: the KL penalty is "
+                             "applied to mgrpo and grpo rewards only; put the KL in the loss "
+                             "(kl_in_reward: false, kl_estimator: k3+) or use mgrpo")
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self

@@ -66,3 +66,30 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig) -> torch.nn.
         lm.ref_model = ref
         log.info("model %s: KL reference loaded from %s", lm.name, path)
     return ref
+
+
+def reward_kl_penalties(lm, trajs: list, cfg) -> list[float]:
+    """``loss.kl_in_reward``: how much each trajectory's reward falls, ``kl_coef * sum_t k_t``
+    over its generated tokens (:func:`mgrpo.algo.kl.sequence_kl_penalty`), with pi the
+    sampler's logprobs (``Trajectory.old_logprobs``, at the sampling temperature) and pi_ref
+    one no-grad pass of the reference at the same temperature. Zeros when the KL is off or
+    in the loss."""
+    from mgrpo.algo.kl import sequence_kl_penalty
+    from mgrpo.models.logprobs import right_pad, token_logprobs
+
+    loss = cfg.loss
+    if not trajs or not (loss.kl_in_reward and loss.kl_coef > 0):
+        return [0.0] * len(trajs)
+    mcfg = cfg.models[lm.name]
+    ref = reference_for(lm, mcfg, loss)
+    ids, attention = right_pad([t.input_ids for t in trajs], lm.tokenizer.pad_token_id)
+    mask, pi = torch.zeros(ids.shape), torch.zeros(ids.shape)
+    for row, t in enumerate(trajs):
+        mask[row, :len(t.input_ids)] = torch.tensor(t.response_mask, dtype=torch.float32)
+        pi[row, :len(t.input_ids)] = torch.tensor(t.old_logprobs, dtype=torch.float32)
+    device = next(ref.parameters()).device
+    with torch.no_grad():
+        ref_logp = token_logprobs(ref, ids.to(device), attention.to(device),
+                                  micro_batch_size=mcfg.micro_batch_size,
+                                  temperature=cfg.sampling.temperature).float().cpu()
+    return sequence_kl_penalty(pi, ref_logp, mask, loss.kl_estimator, loss.kl_coef).tolist()

@@ -18,7 +18,7 @@ import torch
 from mgrpo.algo import auto_d
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
-from mgrpo.training.reference import reference_for
+from mgrpo.training.reference import reference_for, reward_kl_penalties
 from mgrpo.training.scoring import (
     GroupStat,
     PlannerOutcome,
@@ -108,12 +108,17 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
     metrics: dict[str, float] = {}
     for role in roles:
         role_trajs = by_role.get(role, [])
+        penalties = reward_kl_penalties(lm, role_trajs, cfg)  # zeros unless kl_in_reward
+        if cfg.loss.kl_in_reward and role_trajs:
+            metrics[f"{role}/kl_penalty"] = sum(penalties) / len(penalties)
         if role == "planner":
-            role_samples, role_stats = planner_samples(role_trajs, outcomes, cfg)
+            role_samples, role_stats = planner_samples(role_trajs, outcomes, cfg,
+                                                       penalties=penalties)
         else:
             counts: dict[str, int] = {}
             rewards = subagent_rewards(role_trajs, outcomes, judge, cfg.rewards.subagent,
                                        counts=counts)
+            rewards = [r - p for r, p in zip(rewards, penalties, strict=True)]
             metrics.update(judge_metrics(role, counts))
             d = choose_d(cfg, d_observed.get(role, []))
             metrics[f"{role}/d"] = float(d)
@@ -155,6 +160,7 @@ def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
     update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
                            cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
                            norm_length=cfg.loss_norm_length(),
-                           ref_model=reference_for(lm, mcfg, cfg.loss),
+                           ref_model=reference_for(lm, mcfg, cfg.loss)
+                           if cfg.loss.kl_in_loss() else None,
                            temperature=cfg.sampling.temperature, shard=shard)
     return qualify(update, lm.name)

@@ -104,13 +104,17 @@ def _index(keys: list[str]) -> dict[str, int]:
 
 
 def planner_samples(trajs: list[Trajectory], outcomes: dict[tuple[str, int], PlannerOutcome],
-                    cfg: RunConfig) -> tuple[list[Sample], list[GroupStat]]:
-    """Planner advantages: one group per query over its K rollouts (Eq. 6-8)."""
+                    cfg: RunConfig, penalties: list[float] | None = None,
+                    ) -> tuple[list[Sample], list[GroupStat]]:
+    """Planner advantages: one group per query over its K rollouts (Eq. 6-8). ``penalties``
+    (one per trajectory, ``loss.kl_in_reward``) are subtracted from the rewards first."""
     if not trajs:
         return [], []
     keys = sorted({t.query_id for t in trajs})
     index = _index(keys)
     rewards = torch.tensor([outcomes[(t.query_id, t.rollout)].reward for t in trajs])
+    if penalties is not None:
+        rewards = rewards - torch.tensor(penalties, dtype=rewards.dtype)
     groups = torch.tensor([index[t.query_id] for t in trajs], dtype=torch.long)
     adv = planner_advantages(rewards, groups, scale=cfg.loss.scale, eps=cfg.loss.eps,
                              dynamic_sampling=cfg.loss.dynamic_sampling)

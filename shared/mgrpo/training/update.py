@@ -119,7 +119,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                          "generation budget L, RunConfig.loss_norm_length())")
     if not samples:
         return {}
-    if loss_cfg.kl_coef > 0 and ref_model is None:
+    if loss_cfg.kl_in_loss() and ref_model is None:
         raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
                          "pass ref_model (mgrpo.training.reference.reference_for)")
     batch = pad_samples(samples, pad_id)
@@ -142,7 +142,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     temperature=temperature) * mask_all[rows]
         batch["old_logprobs"] = old
     ref = None
-    if loss_cfg.kl_coef > 0:
+    if loss_cfg.kl_in_loss():
         with torch.no_grad():
             ref = token_logprobs(ref_model, batch["input_ids"], batch["attention_mask"],
                                  micro_batch_size=model_cfg.micro_batch_size,
@@ -167,7 +167,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             with nullcontext() if sync or no_sync is None else no_sync():
                 logp, entropy = token_logprobs(
                     model, batch["input_ids"][sel], batch["attention_mask"][sel],
-                    micro_batch_size=len(sel), with_entropy=True, temperature=temperature)
+                    micro_batch_size=len(sel), with_entropy=True, temperature=temperature,
+                    entropy_grad=loss_cfg.entropy_coef > 0)
                 m = mask_all[sel]
                 if fused and number == 0 and real:  # no step taken yet: these ARE pi_old
                     batch["old_logprobs"][sel] = logp.detach() * m
@@ -178,9 +179,10 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 loss, metrics = policy_loss(
                     logp, old_sel, batch["advantages"][sel], m,
                     eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
-                    ref_logprobs=None if ref is None else ref[sel], kl_coef=loss_cfg.kl_coef,
+                    ref_logprobs=None if ref is None else ref[sel],
+                    kl_coef=0.0 if ref is None else loss_cfg.kl_coef,
                     kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
-                    entropy=entropy, is_weights=is_w)
+                    entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef)
                 share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" \
                     else len(sel) / seqs
                 share = share if real else share * 0.0

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgrpo.algo import AGG_MODES, aggregate_loss, kl_divergence, policy_loss
+from mgrpo.algo import AGG_MODES, KL_ESTIMATORS, aggregate_loss, kl_divergence, policy_loss
 
 # K = 4 sequences of T = 3 tokens; clip range [0.8, 1.28] (eps_low 0.2, eps_high 0.28).
 ADV = torch.tensor([1.0, -1.0, 0.5, -0.5])
@@ -189,7 +189,7 @@ def test_gradient_at_rho_one_is_minus_advantage_over_normaliser(shape, seed, agg
 
 @settings(max_examples=50, deadline=None)
 @given(shapes, st.integers(0, 10_000), st.sampled_from(AGG_MODES),
-       st.sampled_from(["k1", "k2", "k3"]))
+       st.sampled_from(KL_ESTIMATORS))
 def test_masked_tokens_change_nothing(shape, seed, agg, kl_estimator):
     b_size, t_size = shape
     g, old, adv, mask = random_batch(seed, b_size, t_size)
@@ -213,3 +213,16 @@ def test_masked_tokens_change_nothing(shape, seed, agg, kl_estimator):
     assert torch.equal(base[1], other[1])
     assert (base[1][~mask] == 0).all()
     assert base[2] == other[2]
+
+
+def test_entropy_bonus_is_subtracted_with_its_gradient():
+    logp = torch.zeros(1, 3)
+    mask = torch.tensor([[1, 1, 0]])
+    entropy = torch.tensor([[1.0, 3.0, 50.0]], requires_grad=True)
+    loss, metrics = policy_loss(logp, logp, torch.zeros(1), mask, entropy=entropy,
+                                entropy_coef=0.1)
+    assert loss.item() == pytest.approx(-0.1 * 2.0) and metrics["entropy"] == 2.0
+    loss.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([-0.05, -0.05, 0.0])
+    with pytest.raises(ValueError, match="entropy_coef=0.1 needs entropy"):
+        policy_loss(logp, logp, torch.zeros(1), mask, entropy_coef=0.1)

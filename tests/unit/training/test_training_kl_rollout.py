@@ -157,3 +157,45 @@ def test_policy_update_refuses_kl_without_a_reference_and_builds_it_once(tiny_di
     ref = reference_for(lm, mcfg, on)
     assert ref is lm.ref_model and reference_for(lm, mcfg, on) is ref
     assert ref is not model and not any(p.requires_grad for p in ref.parameters())
+
+
+def test_kl_in_reward_lowers_each_reward_by_its_penalty(tmp_path, tiny_dir, bench_dir):
+    """Same seed, same first round: with loss.kl_in_reward the planner's mean reward is the
+    plain one minus the mean penalty kl_coef * sum_t k1_t (the reference another model, so
+    the penalty is far from 0), and the loss has no KL term."""
+    from mgrpo.models import TinyModelConfig, init_tiny
+
+    other = init_tiny(tmp_path / "ref", TinyModelConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, vocab_size=400, seed=7))
+    firsts = []
+    for name, loss in (("plain", {}), ("inr", {"kl_coef": 0.05, "kl_in_reward": True,
+                                               "kl_estimator": "k1"})):
+        data = run_config_dict(tmp_path / name, tiny_dir, bench_dir, loss=loss,
+                               stages=[{"stage": 1, "rounds": 1}])
+        data["models"]["planner"]["ref_path"] = str(other)
+        run_training(RunConfig.model_validate(data), progress=False)
+        (first,) = _round_metrics(tmp_path / name)
+        firsts.append(first)
+    plain, inr = firsts
+    assert "planner/kl_penalty" not in plain and "planner/kl" not in inr  # no KL in the loss
+    assert abs(inr["planner/kl_penalty"]) > 1e-3
+    assert inr["planner/reward_mean"] == pytest.approx(
+        plain["planner/reward_mean"] - inr["planner/kl_penalty"], abs=1e-6)
+
+
+@pytest.mark.parametrize(("loss", "message"), [
+    ({"kl_coef": 0.1, "kl_estimator": "k1"}, "k1 in the loss: its expected gradient is 0.*"
+                                             "use k1\\+.*loss.kl_in_reward"),
+    ({"kl_coef": 0.1, "kl_estimator": "k3"}, "reverse KL.*use k3\\+"),
+    ({"kl_coef": 0.1, "kl_estimator": "k5"}, "k1', 'k2', 'k3', 'k1\\+' or 'k3\\+'"),
+])
+def test_kl_estimators_without_the_kl_gradient_are_refused_in_the_loss(loss, message):
+    with pytest.raises(ValidationError, match=message):
+        LossConfig(**loss)
+
+
+def test_every_estimator_is_accepted_in_the_reward_and_while_kl_is_off():
+    for name in ("k1", "k2", "k3", "k1+", "k3+"):
+        LossConfig(kl_coef=0.1, kl_estimator=name, kl_in_reward=True)
+        LossConfig(kl_estimator=name)
