@@ -27,6 +27,11 @@ def _root(debug: bool = typer.Option(
           ) -> None:
     if debug:  # the environment, so services started by `mgrpo up` inherit it
         os.environ["MGRPO_DEBUG"] = "1"
+    # A user's modules (MGRPO_PLUGINS) before any command builds anything: every command and
+    # service (the containers run `mgrpo serve ...`) registers their tools and verifiers.
+    from mgrpo.plugins import import_env_plugins
+
+    import_env_plugins()
 app.add_typer(models.app, name="models", help="Build and inspect models.")
 app.add_typer(data.app, name="data", help="Build the benchmark and demonstrations.")
 app.add_typer(serve.app, name="serve",

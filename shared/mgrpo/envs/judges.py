@@ -11,6 +11,9 @@ silently 0.
 - :class:`RuleVerdicts` wraps ``RuleExpertJudge`` (ground truth from the benchmark).
 - :class:`LLMExpertJudge`: any engine (``mgrpo.engines``: in-process torch, vLLM, a remote
   OpenAI-compatible server) asked a yes/no question from a prompt file, greedy.
+- :class:`FunctionExpertJudge`: a user's function ``(role, task, result) -> float`` named by
+  import path (``judges: {role: {kind: "pkg.mod:function"}}``); a call that raises or returns
+  anything but a number in [0, 1] is 0 with the status ``error`` (``{role}/judge_errors``).
 - :class:`ExpertJudges`: the run's judges, one per sub-agent role (run config ``judges:``),
   the rule judge for roles not listed.
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mgrpo.envs.rewards import RuleExpertJudge, exact_match
+from mgrpo.plugins import check_call, is_import_path, load_object
 
 DEFAULT_EXPERT_PROMPT = Path(__file__).parent / "prompts" / "llm_expert_judge.txt"
 
@@ -32,7 +36,7 @@ DEFAULT_EXPERT_PROMPT = Path(__file__).parent / "prompts" / "llm_expert_judge.tx
 @dataclass(frozen=True)
 class Verdict:
     score: float
-    status: Literal["ok", "no_truth", "parse_failure"] = "ok"
+    status: Literal["ok", "no_truth", "parse_failure", "error"] = "ok"
 
 
 def parse_yes_no(text: str) -> float | None:
@@ -111,6 +115,40 @@ class LLMExpertJudge:
                 out.append(Verdict(0.0, "parse_failure"))
             else:
                 out.append(Verdict(score))
+        return out
+
+
+def check_judge_kind(kind: str, key: str) -> None:
+    """Refuse a judge ``kind`` that is neither rule, llm nor a usable import path."""
+    if kind in ("rule", "llm"):
+        return
+    if not is_import_path(kind):
+        raise ValueError(f"{key}: {kind!r}: use rule, llm or 'pkg.mod:function'")
+    check_call(load_object(kind, key), key, kind, args=3)
+
+
+class FunctionExpertJudge:
+    """A function ``(role, task, result) -> float`` in [0, 1] as an r_expert judge."""
+
+    def __init__(self, fn: Any, name: str = ""):
+        self.fn, self.name = fn, name or getattr(fn, "__name__", "judge")
+        self.errors = 0
+
+    def judge(self, agent: str, task: str, result: str | None) -> float:
+        return self.verdicts(agent, [(task, result)])[0].score
+
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
+        out = []
+        for task, result in items:
+            try:
+                value = float(self.fn(agent, task or "", result or ""))
+            except Exception:  # noqa: BLE001 (a user's judge: a bug scores 0, counted)
+                value = float("nan")
+            if value != value or not 0.0 <= value <= 1.0:
+                self.errors += 1
+                out.append(Verdict(0.0, "error"))
+            else:
+                out.append(Verdict(value))
         return out
 
 

@@ -233,21 +233,15 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
 
 
 def build_tool(cfg: RunConfig, tool: str, settings: Settings):
-    """The tool of a sub-agent: ``search`` over the benchmark corpus, ``python`` through the
+    """The tool of a sub-agent, from the run config's ``tools:`` as in embedded mode
+    (``mgrpo.tools.build_configured_tool``): a tool that asks for an ``executor`` gets the
     sandbox service (``MGRPO_SANDBOX_URL``) or an in-process sandbox."""
-    from mgrpo.tools import build_tool as registry_build
+    from mgrpo.tools import build_configured_tool
+    from mgrpo.training.system import tool_resources
 
-    if tool == "search":
-        from mgrpo.envs import load_benchmark
+    sandbox = None
+    if settings.sandbox_url:
+        from mgrpo.sandbox.client import SandboxClient
 
-        return registry_build("search", corpus=load_benchmark(cfg.bench_dir).corpus,
-                              **cfg.tools.get("search", {}))
-    if tool == "python":
-        if settings.sandbox_url:
-            from mgrpo.sandbox.client import SandboxClient
-
-            return registry_build("python", executor=SandboxClient(settings.sandbox_url))
-        from mgrpo.sandbox.local import LocalSandbox
-
-        return registry_build("python", executor=LocalSandbox())
-    return registry_build(tool)
+        sandbox = SandboxClient(settings.sandbox_url)
+    return build_configured_tool(tool, cfg.tools, tool_resources(cfg.bench_dir, sandbox))

@@ -47,7 +47,6 @@ from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.envs import protocol as P
 from mgrpo.envs.questions import Question
-from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
@@ -105,6 +104,7 @@ class PlannerRuntime:
     # (mgrpo.services.api.query_batcher: queries and evaluations share its batches)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _tools: dict = field(default_factory=dict)
+    _verifiers: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, settings: Settings, cfg: RunConfig, store, bus,
@@ -151,6 +151,19 @@ class PlannerRuntime:
                                            cfg.tools, cfg.role_tools)
         return self._tools[key]
 
+    def verifier(self, cfg: RunConfig | None = None):
+        """The run's r_correct verifier (``verifier:``, ``training.judging.build_verifier``),
+        one per distinct setting; an llm verifier on the planner's own model uses its
+        engine."""
+        cfg = cfg or self.cfg
+        key = repr((cfg.verifier, cfg.verifier_llm))
+        if key not in self._verifiers:
+            from mgrpo.training.judging import build_verifier
+
+            engines = {self.runtime.model: (self.runtime.engine, self.runtime.tokenizer)}
+            self._verifiers[key] = build_verifier(cfg, engines, device=self.settings.device)
+        return self._verifiers[key]
+
     def play(self, jobs: list[EpisodeJob], greedy: bool = False,
              cfg: RunConfig | None = None, run_id: str | None = None,
              round_config: dict | None = None) -> list[Episode]:
@@ -185,8 +198,8 @@ class PlannerWorker:
 
     def __init__(self, planner: PlannerRuntime, batch_size: int = 64) -> None:
         self.p, self.batch_size = planner, batch_size
-        self.verifier = ExactMatchVerifier()
         self.episodes_done = 0
+        self.verifier_errors: dict[str, int] = {}  # round id -> count (this worker's)
         self.finish_s = {"publish": 0.0, "store": 0.0}  # of the last batch (its log line)
 
     def start(self) -> None:
@@ -229,8 +242,11 @@ class PlannerWorker:
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
         for round_id, query_ids in trees.items():
-            self.episodes_done += play_trees(self.p, self.verifier, records[round_id],
+            verifier = self.p.verifier(configs[round_id])
+            before = verifier.errors
+            self.episodes_done += play_trees(self.p, verifier, records[round_id],
                                              configs[round_id], query_ids)
+            self._count_verifier_errors(records[round_id], verifier.errors - before)
             self._end_rollouts(round_id)
         if not jobs:
             return
@@ -268,11 +284,13 @@ class PlannerWorker:
                                       TrajectoryMessage(trajectory=e.planner))
                                      for e in episodes])
         published = time.perf_counter()
+        verifier = self.p.verifier(cfg)
+        errors_before = verifier.errors
         for episode in episodes:
             job = episode.job
             correct, reward = score_episode(episode.answer, episode.format_ok,
-                                            job.question.answer, self.verifier,
-                                            cfg.rewards.planner)
+                                            job.question.answer, verifier,
+                                            cfg.rewards.planner, question=job.question.question)
             outcomes.append(PlannerOutcomeIn(
                 query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
                 format_ok=episode.format_ok, correct=correct, reward=reward))
@@ -282,9 +300,21 @@ class PlannerWorker:
                     d=answered_calls(episode.trace, role)))
         stored = time.perf_counter()
         won = store.finish_episodes(record.round_id, outcomes, d_counts)
+        self._count_verifier_errors(record, verifier.errors - errors_before)
         self.episodes_done += sum(won)  # a lost one: another attempt won, its rows are unread
         self.finish_s["publish"] += published - started
         self.finish_s["store"] += time.perf_counter() - stored
+
+    def _count_verifier_errors(self, record, errors: int) -> None:
+        """``planner/verifier_errors`` of the round: the answers this worker's verifier
+        could not score (raised, or no number in [0, 1]; each scored 0), summed over its
+        batches and upserted into the round's metrics."""
+        if errors <= 0:
+            return
+        total = self.verifier_errors.get(record.round_id, 0) + errors
+        self.verifier_errors[record.round_id] = total
+        self.p.store.record_metrics(record.run_id, record.round_id,
+                                    {"planner/verifier_errors": float(total)})
 
     def _end_rollouts(self, round_id: str) -> None:
         """A round whose rollouts are all complete goes to ``training`` (one that trains

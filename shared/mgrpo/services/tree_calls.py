@@ -123,7 +123,8 @@ def play_trees(p, verifier, record, cfg: RunConfig, query_ids: list[str]) -> int
     for tree in trees:
         qid = tree.question.id
         correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
-                                        verifier, cfg.rewards.planner)
+                                        verifier, cfg.rewards.planner,
+                                        question=tree.question.question)
         for k, attempt in enumerate(attempts[qid]):
             if attempt is None:
                 continue

@@ -1,8 +1,18 @@
 """Tools the sub-agents call: a registry plus ``search`` (BM25) and ``python`` (sandboxed)."""
 
-from mgrpo.tools.registry import ROLE_TOOLS, Tool, build_tool, register_tool, registered_tools
+from mgrpo.tools.registry import (
+    PROVIDED,
+    ROLE_TOOLS,
+    Tool,
+    build_configured_tool,
+    build_tool,
+    check_tool,
+    register_tool,
+    registered_tools,
+)
 
-__all__ = ["ROLE_TOOLS", "Tool", "build_tool", "register_tool", "registered_tools",
+__all__ = ["PROVIDED", "ROLE_TOOLS", "Tool", "build_configured_tool", "build_tool",
+           "check_tool", "register_tool", "registered_tools",
            "SearchTool", "PythonTool"]
 
 

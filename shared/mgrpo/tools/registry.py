@@ -4,14 +4,25 @@ Register it with ``@register_tool("name")`` and build it by name with
 ``build_tool("name", **cfg)``; an unknown name lists the registered ones. Sub-agent roles map
 to tools through :data:`ROLE_TOOLS` (the built-in benchmark's searcher and coder).
 
+A run config's ``tools:`` entry configures a tool: ``{search: {k: 1}}`` gives keywords to a
+registered tool, ``{websearch: {class: "acme.tools:WebSearch", url: ...}}`` names a class by
+import path (no registration needed). :func:`build_configured_tool` builds either, the same
+in embedded and distributed mode. The constructor parameters named in :data:`PROVIDED` are
+filled by mgrpo, and only for a tool whose constructor declares them: ``corpus`` (the
+benchmark's documents, ``mgrpo.envs.Corpus``) and ``executor`` (the sandbox:
+``execute(ExecRequest) -> ExecResult``). Every other parameter comes from the config entry.
+
 What this module does not do: decide which sub-agent gets which tool at run time (the run
 config does) or sandbox anything itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from mgrpo.plugins import PluginError, check_call, load_object
 
 ROLE_TOOLS: dict[str, str] = {"searcher": "search", "coder": "python"}
 
@@ -54,6 +65,68 @@ def build_tool(name: str, **cfg) -> Tool:
         raise ValueError(f"unknown tool {name!r}; registered tools: {sorted(_REGISTRY)} "
                          "(register a new one with @register_tool)")
     return _REGISTRY[name](**cfg)
+
+
+PROVIDED = ("corpus", "executor")
+
+
+def tool_class(name: str, tools_cfg: Mapping[str, Mapping] | None = None
+               ) -> tuple[type, dict[str, Any]]:
+    """(class, constructor keywords) of tool ``name``: its ``tools:`` entry's ``class``
+    (an import path) or the class registered as ``name``; keywords: the entry minus
+    ``class``. Raises a one-line :class:`~mgrpo.plugins.PluginError` for a spec that does
+    not resolve and a ``ValueError`` for an unknown name."""
+    entry = dict((tools_cfg or {}).get(name) or {})
+    spec = entry.pop("class", None)
+    if spec is not None:
+        return load_object(spec, f"tools.{name}.class"), entry
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown tool {name!r}; registered tools: {sorted(_REGISTRY)}; a "
+                         "plug-in tool: import its module (run config `plugins:`, "
+                         "MGRPO_PLUGINS) or give it a `tools: {NAME: {class: "
+                         "'pkg.mod:Class'}}` entry")
+    return _REGISTRY[name], entry
+
+
+def provided_parameters(cls: type) -> list[str]:
+    """The :data:`PROVIDED` resources ``cls``'s constructor declares."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return []
+    return [p for p in PROVIDED if p in params]
+
+
+def check_tool(name: str, tools_cfg: Mapping[str, Mapping] | None = None) -> None:
+    """Refuse a tool that cannot be built: unknown, a spec that does not resolve, or a
+    constructor that does not take the entry's keywords (one line naming the key)."""
+    cls, kwargs = tool_class(name, tools_cfg)
+    spec = (tools_cfg or {}).get(name, {}).get("class") or name
+    check_call(cls, f"tools.{name}", spec, kwargs=[*kwargs, *provided_parameters(cls)])
+    if not callable(getattr(cls, "run", None)):
+        raise PluginError(f"tools.{name}: {spec!r}: found {cls.__name__} without a "
+                          "run(payload) -> str method")
+
+
+def build_configured_tool(name: str, tools_cfg: Mapping[str, Mapping] | None = None,
+                          resources: Mapping[str, Callable[[], Any]] | None = None) -> Tool:
+    """Construct tool ``name`` as the run config's ``tools:`` says. ``resources``: a
+    factory per :data:`PROVIDED` name, called only when the constructor asks for it (so the
+    sandbox is not started for a tool that does not run code)."""
+    cls, kwargs = tool_class(name, tools_cfg)
+    for param in provided_parameters(cls):
+        if param in kwargs:
+            continue
+        factory = (resources or {}).get(param)
+        if factory is None:
+            raise ValueError(f"tool {name!r} needs {param!r}, which this process does not "
+                             "provide")
+        kwargs[param] = factory()
+    tool = cls(**kwargs)
+    if getattr(tool, "name", None) is None:
+        tool.name = name
+    return tool
 
 
 def _load_builtins() -> None:

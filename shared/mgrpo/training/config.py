@@ -153,9 +153,11 @@ class JudgeConfig(StrictModel):
     """How r_expert of one sub-agent role is judged (paper Eq. 5; ``mgrpo.envs.judges``).
     rule: ground truth from the benchmark (0, counted as ``{role}/expert_no_truth``, when a
     task has none). llm: a model asked yes/no from ``prompt`` (replies that are neither are
-    0, counted as ``{role}/judge_parse_failures``)."""
+    0, counted as ``{role}/judge_parse_failures``). ``"pkg.mod:function"``: your function
+    ``(role, task, result) -> float`` in [0, 1] (one that raises or returns anything else
+    scores 0, counted as ``{role}/judge_errors``)."""
 
-    kind: Literal["rule", "llm"] = "rule"
+    kind: str = Field("rule", description="rule, llm, or 'pkg.mod:function'")
     model: str | None = Field(
         None, description="llm: the entry under `models:` that serves the judge: one of the "
         "agents' models (its current weights) or a separate entry no agent uses (frozen).")
@@ -166,6 +168,19 @@ class JudgeConfig(StrictModel):
     prompt: str | None = Field(
         None, description="llm: prompt file with {task}, {result} (and optionally {role}); "
         "None = mgrpo/envs/prompts/llm_expert_judge.txt.")
+    max_new_tokens: int = Field(4, ge=1)
+
+
+class LLMVerifierConfig(StrictModel):
+    """``verifier: llm``: the model that grades the planner's final answer against the gold
+    one (``mgrpo.envs.rewards.LLMJudgeVerifier``, yes/no from ``prompt``)."""
+
+    model: str = Field(description="An entry of `models:` (an agent's model: its current "
+                       "weights; a separate entry: frozen).")
+    url: str | None = Field(None, description="An OpenAI-compatible completions server "
+                            "serving `model`; None: the model runs in this process.")
+    prompt: str | None = Field(None, description="Prompt file with {question}, {gold}, "
+                               "{pred}; None = mgrpo/envs/prompts/llm_judge.txt.")
     max_new_tokens: int = Field(4, ge=1)
 
 
@@ -222,12 +237,27 @@ class RunConfig(StrictModel):
     queries_per_round: int = Field(16, ge=1)
     d: int | Literal["auto"] = Field(
         "auto", description="Sub-agent alignment slots per rollout; auto = 99th pct of d_k.")
+    plugins: list[str] = Field(
+        default_factory=list, description="Python modules every process of the run imports "
+        "before it builds anything (e.g. [acme_task.tools]), so their @register_tool and "
+        "functions are found; services also take MGRPO_PLUGINS (comma-separated).")
     role_tools: dict[str, str] = Field(
-        default_factory=dict, description="Sub-agent role -> registered tool name, for roles "
-        "beyond the built-in searcher (search) and coder (python).")
+        default_factory=dict, description="Sub-agent role -> tool: a registered tool name or "
+        "a key of `tools:`, for roles beyond the built-in searcher (search) and coder "
+        "(python).")
     tools: dict[str, dict] = Field(
-        default_factory=dict, description="Per-tool keyword config, e.g. {search: {k: 1}}: "
-        "the warm-start demonstrations must have been written with the same settings.")
+        default_factory=dict, description="Per-tool keyword config, e.g. {search: {k: 1}}, "
+        "or a tool by import path: {websearch: {class: 'acme.tools:WebSearch', url: ...}}; "
+        "the keywords go to the constructor in both modes; mgrpo fills only the parameters "
+        "named corpus and executor, when the constructor declares them. The warm-start "
+        "demonstrations must have been written with the same settings.")
+    verifier: str = Field(
+        "exact", description="r_correct of the planner's final answer: exact (normalised "
+        "exact match), llm (a model grades it: `verifier_llm`), or 'pkg.mod:function' "
+        "taking (question, answer, gold) -> float in [0, 1]. A verifier that raises or "
+        "returns anything else scores 0, counted as planner/verifier_errors.")
+    verifier_llm: LLMVerifierConfig | None = Field(
+        None, description="verifier: llm: the grading model (model, url, prompt).")
     rewards: RewardWeights = Field(default_factory=RewardWeights)
     judges: dict[str, JudgeConfig] = Field(
         default_factory=dict, description="Sub-agent role -> its r_expert judge "
@@ -268,6 +298,12 @@ class RunConfig(StrictModel):
                              f"(have {sorted(self.models)}); add them under `models:`.")
         if "planner" not in self.agents:
             raise ValueError("`agents` must map the role `planner` to a model.")
+        if self.verifier == "llm" and self.verifier_llm is None:
+            raise ValueError("verifier: llm needs `verifier_llm: {model: ...}` naming an entry "
+                             f"of `models` (have {sorted(self.models)})")
+        if self.verifier_llm is not None and self.verifier_llm.model not in self.models:
+            raise ValueError(f"verifier_llm.model={self.verifier_llm.model!r} is not an entry "
+                             f"of `models` (have {sorted(self.models)})")
         for role, judge in self.judges.items():
             if role == "planner" or role not in self.agents:
                 raise ValueError(f"judges.{role}: not a sub-agent role of `agents` "
@@ -276,9 +312,9 @@ class RunConfig(StrictModel):
             if judge.kind == "llm" and judge.model not in self.models:
                 raise ValueError(f"judges.{role}: kind llm needs `model:` naming an entry of "
                                  f"`models` (have {sorted(self.models)}), got {judge.model!r}")
-            if judge.kind == "rule" and (judge.model or judge.url or judge.prompt):
-                raise ValueError(f"judges.{role}: kind rule takes no model/url/prompt; "
-                                 "set kind: llm to use a model")
+            if judge.kind != "llm" and (judge.model or judge.url or judge.prompt):
+                raise ValueError(f"judges.{role}: kind {judge.kind} takes no "
+                                 "model/url/prompt; set kind: llm to use a model")
         for role, engine in self.engines.items():
             if role not in self.agents:
                 raise ValueError(f"engines.{role}: not a role of `agents` "
@@ -310,6 +346,16 @@ class RunConfig(StrictModel):
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self
 
+    @model_validator(mode="after")
+    def _plugins(self) -> RunConfig:
+        """Import ``plugins`` and resolve every import-path spec now, so a missing module,
+        attribute or wrong signature is refused before anything runs."""
+        from mgrpo.plugins import import_plugins
+
+        import_plugins(self.plugins)
+        check_plugin_specs(self)
+        return self
+
     def loss_norm_length(self) -> int:
         """Dr. GRPO's constant L: ``loss.norm_length``, else the most tokens one trajectory
         can generate: ``max_new_tokens`` times its turns (M-GRPO: the planner's or a
@@ -331,6 +377,24 @@ class RunConfig(StrictModel):
     def trained_models(self) -> list[str]:
         used = dict.fromkeys(self.agents.values())
         return [m for m in used if self.models[m].trainable]
+
+
+def check_plugin_specs(cfg: RunConfig) -> None:
+    """Resolve the config's tools, role_tools, verifier and judges (one-line errors naming
+    the key, the spec and what was found)."""
+    from mgrpo.envs.judges import check_judge_kind
+    from mgrpo.envs.verifiers import check_verifier
+    from mgrpo.tools import check_tool
+
+    for name, entry in cfg.tools.items():
+        if "class" in entry:
+            check_tool(name, cfg.tools)
+    for name in cfg.role_tools.values():
+        if name not in cfg.tools or "class" not in cfg.tools[name]:
+            check_tool(name, cfg.tools)
+    check_verifier(cfg.verifier)
+    for role, judge in cfg.judges.items():
+        check_judge_kind(judge.kind, f"judges.{role}.kind")
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:

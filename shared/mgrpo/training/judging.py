@@ -16,16 +16,24 @@ import logging
 import threading
 from typing import Any
 
-from mgrpo.envs.judges import DEFAULT_EXPERT_PROMPT, ExpertJudges, LLMExpertJudge, RuleVerdicts
-from mgrpo.envs.rewards import RuleExpertJudge
-from mgrpo.training.config import JudgeConfig, RunConfig
+from mgrpo.envs.judges import (
+    DEFAULT_EXPERT_PROMPT,
+    ExpertJudges,
+    FunctionExpertJudge,
+    LLMExpertJudge,
+    RuleVerdicts,
+)
+from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, LLMJudgeVerifier, RuleExpertJudge
+from mgrpo.envs.verifiers import GuardedVerifier, make_verifier
+from mgrpo.plugins import load_object
+from mgrpo.training.config import JudgeConfig, LLMVerifierConfig, RunConfig
 
 log = logging.getLogger(__name__)
 _LOAD_LOCK = threading.Lock()
 
 
-def _judge_engine(cfg: RunConfig, judge: JudgeConfig, engines: dict[str, tuple[Any, Any]],
-                  device: str) -> tuple[Any, Any]:
+def _judge_engine(cfg: RunConfig, judge: JudgeConfig | LLMVerifierConfig,
+                  engines: dict[str, tuple[Any, Any]], device: str) -> tuple[Any, Any]:
     path = cfg.models[judge.model].path
     if judge.url:
         from mgrpo.engines.remote import RemoteEngine
@@ -53,7 +61,11 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
     loaded: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
     by_role: dict[str, LLMExpertJudge] = {}
     for role, judge in cfg.judges.items():
-        if judge.kind != "llm" or (roles is not None and role not in roles):
+        if roles is not None and role not in roles or judge.kind == "rule":
+            continue
+        if judge.kind != "llm":  # an import path, checked when the config was validated
+            by_role[role] = FunctionExpertJudge(load_object(judge.kind, f"judges.{role}.kind"),
+                                                judge.kind)
             continue
         key = (judge.model, judge.url)
         if key not in loaded:
@@ -62,3 +74,18 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
         by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
                                        tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens)
     return ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
+
+
+def build_verifier(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,
+                   device: str = "cpu") -> GuardedVerifier:
+    """The run's r_correct verifier (``verifier:``), guarded (``mgrpo.envs.verifiers``): the
+    same in embedded mode, the planner worker and evaluation jobs. ``llm`` takes its engine
+    as an llm judge does (``verifier_llm``: url, an engine loaded here, or the model loaded
+    frozen)."""
+    if cfg.verifier != "llm":
+        return GuardedVerifier(make_verifier(cfg.verifier), cfg.verifier)
+    spec = cfg.verifier_llm
+    engine, tokenizer = _judge_engine(cfg, spec, engines or {}, device)
+    return GuardedVerifier(LLMJudgeVerifier(engine, spec.prompt or DEFAULT_JUDGE_PROMPT,
+                                            tokenizer=tokenizer,
+                                            max_new_tokens=spec.max_new_tokens), "llm")

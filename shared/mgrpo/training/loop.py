@@ -84,7 +84,9 @@ def finish_round(system: System, store, run_id: str, round_index: int, questions
     cfg = system.cfg
     round_id = round_id_of(run_id, round_index)
     t1 = time.perf_counter()
+    errors_before = getattr(system.verifier, "errors", 0)
     outcomes = score(system, episodes)
+    verifier_errors = getattr(system.verifier, "errors", 0) - errors_before
     ingest_episodes(store, round_id, episodes, outcomes)
     t2 = time.perf_counter()
     store.set_round_status(round_id, "training")
@@ -112,6 +114,7 @@ def finish_round(system: System, store, run_id: str, round_index: int, questions
     metrics.update({
         "planner/accuracy": sum(o.correct for o in outcomes) / n,
         "planner/format_valid": sum(o.format_ok for o in outcomes) / n,
+        "planner/verifier_errors": float(verifier_errors),
         "time/rollout_s": rollout_s, "time/ingest_s": t2 - t1, "time/update_s": t3 - t2,
         "time/weight_sync_s": t4 - t3,
         "rollout/generated_tokens": float(generated),

@@ -51,7 +51,8 @@ def score(system, episodes: list[Episode]) -> list[PlannerOutcome]:
     out = []
     for ep in episodes:
         correct, reward = score_episode(ep.answer, ep.format_ok, ep.job.question.answer,
-                                        system.verifier, system.cfg.rewards.planner)
+                                        system.verifier, system.cfg.rewards.planner,
+                                        question=ep.job.question.question)
         out.append(PlannerOutcome(query_id=ep.job.question.id, rollout=ep.job.rollout,
                                   attempt=ep.job.attempt, format_ok=ep.format_ok,
                                   correct=correct, reward=reward))
@@ -82,6 +83,7 @@ def judge_metrics(role: str, counts: dict[str, int]) -> dict[str, float]:
     per role and process (it repeats every round otherwise); the metric counts every round."""
     judged = sum(counts.values())
     no_truth, failed = counts.get("no_truth", 0), counts.get("parse_failure", 0)
+    errors = counts.get("error", 0)
     if no_truth and role not in _warned_no_truth:
         _warned_no_truth.add(role)
         log.warning("r_expert: %d of %d %s results have no ground truth for the rule judge "
@@ -91,8 +93,11 @@ def judge_metrics(role: str, counts: dict[str, int]) -> dict[str, float]:
     if failed:
         log.warning("r_expert: the LLM judge of %s answered neither yes nor no for %d of %d "
                     "results (scored 0)", role, failed, judged)
+    if errors:
+        log.warning("r_expert: the judge function of %s raised or returned no number in [0, "
+                    "1] for %d of %d results (scored 0)", role, errors, judged)
     return {f"{role}/expert_judged": float(judged), f"{role}/expert_no_truth": float(no_truth),
-            f"{role}/judge_parse_failures": float(failed)}
+            f"{role}/judge_parse_failures": float(failed), f"{role}/judge_errors": float(errors)}
 
 
 def train_model(lm, roles: list[str], trajs: list[Trajectory],

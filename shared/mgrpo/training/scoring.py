@@ -46,9 +46,11 @@ class GroupStat:
 
 
 def score_episode(answer: str | None, format_ok: bool, gold: str, verifier,
-                  weights: tuple[float, float]) -> tuple[float, float]:
-    """Planner reward R_M (Eq. 4) -> (correct, reward)."""
-    correct = float(verifier.score(answer or "", gold)) if format_ok else 0.0
+                  weights: tuple[float, float], question: str | None = None
+                  ) -> tuple[float, float]:
+    """Planner reward R_M (Eq. 4) -> (correct, reward). ``question``: its text, for a
+    verifier that reads it (``verifier.score(answer, gold, question)``)."""
+    correct = float(verifier.score(answer or "", gold, question)) if format_ok else 0.0
     reward = float(planner_reward(format_ok, correct, weights))
     return correct, reward
 

@@ -17,11 +17,10 @@ import torch
 
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
-from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
-from mgrpo.training.judging import build_expert_judges
+from mgrpo.training.judging import build_expert_judges, build_verifier
 from mgrpo.training.subagents import LocalSubagentPool
 
 # How the planner describes the built-in roles; a user role is described by its name unless
@@ -74,27 +73,45 @@ def role_cards(roles) -> list:
     return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in ordered]
 
 
+def role_tool_name(role: str, role_tools: dict[str, str] | None = None) -> str:
+    """The tool of sub-agent ``role``: ``role_tools``, else the built-in
+    :data:`mgrpo.tools.ROLE_TOOLS`."""
+    name = (role_tools or {}).get(role) or ROLE_TOOLS.get(role)
+    if name is None:
+        raise ValueError(f"sub-agent role {role!r} has no tool: add `role_tools: "
+                         f"{{{role}: <tool>}}` to the run config (a registered tool or a "
+                         "`tools:` entry with a `class:`)")
+    return name
+
+
+def tool_resources(bench_dir: str, sandbox: Any = None) -> dict[str, Any]:
+    """Factories of the resources a tool's constructor may ask for (``mgrpo.tools.PROVIDED``):
+    the benchmark's corpus and the sandbox executor (``sandbox``, default an in-process
+    ``LocalSandbox``). Each is made only when a tool asks for it."""
+    def corpus():
+        from mgrpo.envs import load_benchmark
+
+        return load_benchmark(bench_dir).corpus
+
+    def executor():
+        from mgrpo.sandbox.local import LocalSandbox
+
+        return sandbox if sandbox is not None else LocalSandbox()
+
+    return {"corpus": corpus, "executor": executor}
+
+
 def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
                 tool_cfg: dict[str, dict] | None = None,
                 role_tools: dict[str, str] | None = None) -> dict[str, Any]:
-    """role -> tool instance. ``tool_cfg``: per-tool keyword config; ``role_tools``: role ->
-    tool name, over the built-in :data:`mgrpo.tools.ROLE_TOOLS`."""
-    from mgrpo.sandbox.local import LocalSandbox
-    from mgrpo.tools import build_tool
+    """role -> tool instance, each built by ``mgrpo.tools.build_configured_tool`` from the
+    run config's ``tools:`` (``tool_cfg``) and ``role_tools``."""
+    from mgrpo.tools import build_configured_tool
 
-    tools = {}
-    for role in roles:
-        name = (role_tools or {}).get(role) or ROLE_TOOLS.get(role)
-        if name is None:
-            raise ValueError(f"sub-agent role {role!r} has no tool: add `role_tools: "
-                             f"{{{role}: <tool>}}` to the run config (registered tools: "
-                             f"see mgrpo.tools.registered_tools())")
-        extra = dict((tool_cfg or {}).get(name, {}))
-        if name == "search":
-            tools[role] = build_tool("search", corpus=bench.corpus, **extra)
-        else:
-            tools[role] = build_tool(name, executor=sandbox or LocalSandbox(), **extra)
-    return tools
+    resources = {"corpus": lambda: bench.corpus,
+                 "executor": tool_resources("", sandbox)["executor"]}
+    return {role: build_configured_tool(role_tool_name(role, role_tools), tool_cfg, resources)
+            for role in roles}
 
 
 def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
@@ -127,10 +144,10 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
                                       tokenizer=lm.tokenizer, tool=tools.get(role),
                                       description=ROLE_DESCRIPTIONS.get(role, role))
-    judge = build_expert_judges(cfg, bench, {name: (lm.engine, lm.tokenizer)
-                                             for name, lm in models.items()}, device=device)
+    engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
+    judge = build_expert_judges(cfg, bench, engines, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
-                  verifier=ExactMatchVerifier(), judge=judge)
+                  verifier=build_verifier(cfg, engines, device=device), judge=judge)
 
 
 def out_path(cfg: RunConfig, *parts: str) -> Path:

@@ -86,7 +86,8 @@ def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
     for tree in trees:
         qid = tree.question.id
         correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
-                                        verifier, cfg.rewards.planner)
+                                        verifier, cfg.rewards.planner,
+                                        question=tree.question.question)
         for k in range(cfg.k):
             attempt = store.begin_attempt(round_id, qid, k)
             if attempt is None:  # completed before a crash
@@ -118,7 +119,9 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     trees = TreeSampler(system.runtimes, system.cards(), cfg, system.judge).run(
         round_id, questions, tree_seed(cfg, round_index))
     t1 = time.perf_counter()
+    errors_before = getattr(system.verifier, "errors", 0)
     ingest_trees(store, round_id, trees, cfg, system.verifier)
+    verifier_errors = getattr(system.verifier, "errors", 0) - errors_before
     t2 = time.perf_counter()
     store.set_round_status(round_id, "training")
     metrics: dict[str, float] = {}
@@ -131,12 +134,13 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     t3 = time.perf_counter()
     save_state(system, round_index)
     n = max(len(trees), 1)
-    correct = [float(system.verifier.score(t.answer or "", t.question.answer)) * t.format_ok
-               for t in trees]
+    correct = [float(system.verifier.score(t.answer or "", t.question.answer,
+                                           t.question.question)) * t.format_ok for t in trees]
     generated = sum(sum(t.response_mask) for tree in trees for t in tree.candidates)
     metrics.update({"planner/accuracy": sum(correct) / n,
                     "rollout/generated_tokens": float(generated),  # every candidate's action
                     "planner/format_valid": sum(t.format_ok for t in trees) / n,
+                    "planner/verifier_errors": float(verifier_errors),
                     "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1,
                     "time/update_s": t3 - t2, "time/weight_sync_s": time.perf_counter() - t3})
     store.record_metrics(run_id, round_id, metrics)

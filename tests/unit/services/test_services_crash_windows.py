@@ -17,6 +17,7 @@ from mgrpo.services.trainer import round_ready
 from mgrpo.store import Store
 from mgrpo.training.config import ModelConfig, RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob
+from mgrpo.training.judging import build_verifier
 from mgrpo.types import Trajectory, trajectory_id
 
 ROUND = "run-r0000"
@@ -67,8 +68,9 @@ def episode(attempt: int) -> Episode:
 
 def worker(store) -> PlannerWorker:
     cfg = RunConfig(agents=AGENTS, models={m: ModelConfig(path="unused") for m in AGENTS})
+    verifier = build_verifier(cfg)
     planner = SimpleNamespace(store=store, cfg=cfg, runtime=SimpleNamespace(model="planner"),
-                              bus=InMemoryBus(), queues=Queues())
+                              bus=InMemoryBus(), queues=Queues(), verifier=lambda _: verifier)
     return PlannerWorker(planner)
 
 

@@ -45,7 +45,6 @@ from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 
-from mgrpo.envs.rewards import ExactMatchVerifier
 from mgrpo.services.api.query_batcher import Busy
 from mgrpo.services.api.schemas import EvaluationIn, EvaluationJobOut, EvaluationOut
 from mgrpo.training.episodes import EpisodeJob, mix_seed
@@ -273,10 +272,12 @@ class EvaluationJobs:
 
 
 def score(state, episodes: list) -> EvaluationOut:
-    """Exact-match accuracy (the planner's reward weights) and format validity."""
-    verifier, weights = ExactMatchVerifier(), state.cfg.rewards.planner
+    """Accuracy under the run's verifier (``verifier:``, the planner's reward weights) and
+    format validity."""
+    verifier, weights = state.planner_runtime().verifier(state.cfg), state.cfg.rewards.planner
     correct = [score_episode(ep.answer, ep.format_ok, ep.job.question.answer, verifier,
-                             weights)[0] for ep in episodes]
+                             weights, question=ep.job.question.question)[0]
+               for ep in episodes]
     n = max(len(episodes), 1)
     return EvaluationOut(n=len(episodes), accuracy=sum(correct) / n,
                          format_valid=sum(ep.format_ok for ep in episodes) / n,
