@@ -36,8 +36,12 @@ def describe(exc: BaseException) -> tuple[str, str]:
     """(one-line message, hint) for any exception a command raised."""
     from pydantic import ValidationError
 
+    from mgrpo.plugins import PluginError
+
     if isinstance(exc, UserError):
         return str(exc), exc.hint
+    if isinstance(exc, PluginError):
+        return str(exc), "plug-ins and import paths: docs/extending.md"
     if isinstance(exc, ValidationError):
         from mgrpo.validation import one_line
 
