@@ -39,6 +39,38 @@ def build(seed: int = typer.Option(0, help="generator seed; same seed, same byte
                f"to {out}")
 
 
+@app.command("import")
+def import_(questions: Path = typer.Option(..., help="JSONL (or parquet) of question, answer "
+                                           "and optionally id, split, stage, kind, subtasks"),
+            out: Path = typer.Option(..., help="new folder to write the benchmark to"),
+            docs: Path | None = typer.Option(None, help="folder of .txt/.md documents"),
+            corpus: Path | None = typer.Option(None, help="JSONL of {id, title, text} "
+                                               "documents (instead of --docs)"),
+            seed: int = typer.Option(0, help="seeds the split of rows without one"),
+            dev: float = typer.Option(0.1, help="share of rows without a split put in dev"),
+            test: float = typer.Option(0.1, help="share of rows without a split put in test"),
+            ) -> None:
+    """Turn your questions and documents into a benchmark folder (bench_dir, --bench)."""
+    from mgrpo.cli.errors import UserError
+    from mgrpo.envs.importing import DataImportError, import_benchmark, write_benchmark_atomic
+
+    try:
+        bench, ignored = import_benchmark(questions, docs, corpus, seed=seed, dev=dev,
+                                          test=test)
+    except DataImportError as exc:
+        for line in exc.lines:
+            typer.echo(line, err=True)
+        raise UserError(exc.summary, "fix the rows listed above (numbers count from 1)") \
+            from None
+    write_benchmark_atomic(bench, out)
+    splits = {s: len(bench.questions(s)) for s in sorted({q.split for q in bench.all_questions})}
+    typer.echo(f"wrote {len(bench.all_questions)} questions "
+               f"({', '.join(f'{s} {n}' for s, n in splits.items())}) and {len(bench.corpus)} "
+               f"documents to {out}")
+    if ignored:
+        typer.echo(f"ignored columns: {', '.join(ignored)}")
+
+
 def _executor(sandbox_url: str | None):
     if sandbox_url:
         from mgrpo.sandbox.client import SandboxClient
