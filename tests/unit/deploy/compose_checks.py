@@ -161,6 +161,10 @@ def _dependency_errors(name: str, service: dict, services: dict) -> list[str]:
     return errors
 
 
+# Bind mounts whose host folder the user provides: the models and the benchmark.
+USER_MOUNTS = ("/models", "/work/runs/bench")
+
+
 def _volume_and_network_errors(name: str, service: dict, compose: dict,
                                root: Path) -> list[str]:
     errors = []
@@ -169,11 +173,16 @@ def _volume_and_network_errors(name: str, service: dict, compose: dict,
             mount.get("source", ""), "", mount.get("target", ""))
         target = rest.split(":")[0]
         if source.startswith((".", "/")):
-            # The models folder is the user's to provide (docs/deploy.md); other binds ship.
-            if target != "/models" and not (root / source).exists():
+            # The models and benchmark folders are the user's to provide (docs/deploy.md);
+            # other binds ship.
+            if target not in USER_MOUNTS and not (root / source).exists():
                 errors.append(f"{name}: bind mount source {source} does not exist")
         elif source not in (compose.get("volumes") or {}):
             errors.append(f"{name}: named volume {source!r} is not declared under volumes:")
+    for option in service.get("security_opt", []):
+        kind, _, value = option.replace(":", "=", 1).partition("=")
+        if kind == "seccomp" and value != "unconfined" and not (root / value).is_file():
+            errors.append(f"{name}: seccomp profile {value} does not exist")
     for network in service.get("networks", []):
         if network not in (compose.get("networks") or {}):
             errors.append(f"{name}: network {network!r} is not declared under networks:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -92,6 +93,51 @@ def test_sandbox_gets_no_secrets_and_no_route_out():
     assert sandbox["read_only"] is True and sandbox["cap_drop"] == ["ALL"]
 
 
+# Services that read the benchmark folder (bench_dir, default runs/bench under /work).
+BENCH_READERS = ("planner", "planner-worker", "subagent-searcher", "subagent-coder",
+                 *(f"trainer-{m}{suffix}" for m in MODELS for suffix in ("", "-cpu")))
+
+
+def test_every_service_that_reads_the_benchmark_mounts_it():
+    """Without it the searcher crash-loops: 'runs/bench' is not a benchmark folder."""
+    services = compose()["services"]
+    for name in BENCH_READERS:
+        assert "./runs/bench:/work/runs/bench:ro" in services[name]["volumes"], name
+        assert services[name].get("working_dir", "/work") == "/work"
+    assert "${DEPLOY_BENCH_DIR:-./runs/bench}" in (ROOT / "docker-compose.yml").read_text()
+    assert "DEPLOY_BENCH_DIR=./runs/bench" in (ROOT / ".env.example").read_text()
+    sandbox = services["sandbox"]
+    assert not any("bench" in v for v in sandbox.get("volumes", [])), "the sandbox gets none"
+
+
+def test_only_the_sandbox_gets_the_user_namespace_seccomp_profile():
+    """bwrap's jail needs user namespaces, which Docker's default seccomp profile refuses
+    without CAP_SYS_ADMIN: the sandbox (only) gets docker/sandbox-seccomp.json, and keeps
+    every other hardening."""
+    services = compose()["services"]
+    sandbox = services["sandbox"]
+    assert sandbox["security_opt"] == ["no-new-privileges:true",
+                                       "seccomp=./docker/sandbox-seccomp.json",
+                                       "systempaths=unconfined"]
+    assert sandbox["cap_drop"] == ["ALL"] and "cap_add" not in sandbox
+    assert sandbox["read_only"] is True and "privileged" not in sandbox
+    assert int(sandbox["pids_limit"]) == 256
+    for name, service in services.items():
+        if name != "sandbox":
+            assert not any(o.startswith(("seccomp", "systempaths"))
+                           for o in service.get("security_opt", [])), name
+    profile = json.loads((ROOT / "docker" / "sandbox-seccomp.json").read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    denied = {n for rule in profile["syscalls"] for n in rule["names"]
+              if rule["action"] == "SCMP_ACT_ERRNO"}
+    allowed_for_bwrap = {"unshare", "clone", "clone3", "setns", "mount", "umount2",
+                         "pivot_root", "sethostname"}
+    assert not denied & allowed_for_bwrap
+    assert {"bpf", "keyctl", "ptrace", "userfaultfd", "perf_event_open", "io_uring_setup",
+            "kexec_load", "init_module", "open_by_handle_at"} <= denied
+    assert all(rule.get("errnoRet") == 1 for rule in profile["syscalls"])
+
+
 def test_a_missing_secret_stops_compose_with_the_variable_named():
     env = read_env_file(ROOT / ".env.example")
     del env["POSTGRES_PASSWORD"]
@@ -153,6 +199,8 @@ def test_schema_rejects_a_broken_copy(path, value, expected):
      "missing.conf does not exist"),
     ("services.planner.depends_on.trainer-coder", {"condition": "service_healthy"},
      "only runs in profiles"),
+    ("services.sandbox.security_opt", ["seccomp=./docker/missing.json"],
+     "seccomp profile ./docker/missing.json does not exist"),
 ])
 def test_cross_reference_check_rejects_a_broken_copy(path, value, expected):
     errors = xref(_set(compose(), path, value))

@@ -218,3 +218,48 @@ def test_workers_run_replicas_and_trainers_one_recreated(overlay):
     for name in TRAINERS:
         assert deployments[name]["spec"]["replicas"] == 1, name
         assert deployments[name]["spec"]["strategy"]["type"] == "Recreate", name
+
+
+BENCH_READERS = {"planner", "planner-worker", "subagent-searcher", "subagent-coder"} | TRAINERS
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
+def test_every_pod_that_reads_the_benchmark_mounts_it(overlay):
+    """bench/ of the models volume at /work/runs/bench (the default bench_dir under the
+    working folder): without it the searcher crash-loops ('runs/bench' is not a benchmark
+    folder). The sandbox gets neither models nor benchmark."""
+    seen = set()
+    for name, _, spec in pod_specs(rendered(overlay)):
+        mounts = spec["containers"][0].get("volumeMounts", [])
+        bench = [m for m in mounts if m["mountPath"] == "/work/runs/bench"]
+        if name in BENCH_READERS:
+            assert bench == [{"name": "models", "mountPath": "/work/runs/bench",
+                              "subPath": "bench", "readOnly": True}], name
+            assert spec["containers"][0].get("workingDir", "/work") == "/work"
+            seen.add(name)
+        else:
+            assert bench == [], name
+    assert seen == BENCH_READERS
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
+def test_only_the_sandbox_runs_the_user_namespace_seccomp_profile(overlay):
+    """The sandbox pod: the Localhost profile shipped as docker/sandbox-seccomp.json (bwrap
+    needs user namespaces), every other hardening kept; all other pods RuntimeDefault."""
+    for name, _, spec in pod_specs(rendered(overlay)):
+        container = spec["containers"][0]
+        profile = spec["securityContext"]["seccompProfile"]
+        assert "seccompProfile" not in container.get("securityContext", {}), name
+        if name == "sandbox":
+            assert profile == {"type": "Localhost",
+                               "localhostProfile": "mgrpo/sandbox-seccomp.json"}
+            assert spec["securityContext"]["runAsNonRoot"] is True
+            hardening = container["securityContext"]
+            assert hardening["allowPrivilegeEscalation"] is False
+            assert hardening["capabilities"] == {"drop": ["ALL"]}
+            assert hardening["readOnlyRootFilesystem"] is True
+            assert hardening["procMount"] == "Unmasked" and spec["hostUsers"] is False
+        else:
+            assert profile == {"type": "RuntimeDefault"}, name
+            assert "procMount" not in container.get("securityContext", {}), name
+    assert (ROOT / "docker" / "sandbox-seccomp.json").is_file()
