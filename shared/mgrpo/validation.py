@@ -61,7 +61,7 @@ def one_line(exc: ValidationError) -> str:
 
 
 # MGRPO_* variables that are not settings fields but are read on purpose.
-OTHER_ENV_VARS = ("MGRPO_DEBUG", "MGRPO_PROGRESS", "MGRPO_SECRETS_DIR",
+OTHER_ENV_VARS = ("MGRPO_DEBUG", "MGRPO_PROGRESS", "MGRPO_QUIET", "MGRPO_SECRETS_DIR",
                   "MGRPO_REQUIRE_SERVICES")
 
 

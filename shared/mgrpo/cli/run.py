@@ -6,6 +6,7 @@ Thin: parse options, call ``mgrpo.training``; heavy imports inside the commands.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,12 @@ def _parse_overrides(items: list[str]) -> dict:
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def set_quiet(quiet: bool) -> None:
+    """``--quiet``: through the environment, so every layer (and child process) sees it."""
+    if quiet:
+        os.environ["MGRPO_QUIET"] = "1"
 
 
 def prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
@@ -51,18 +58,26 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
           resume: bool = typer.Option(False, help="Continue from the last complete round."),
           overwrite: bool = typer.Option(False, help="Delete a non-empty out_dir first."),
           set_: list[str] = typer.Option([], "--set", help="Override, e.g. --set k=4"),
+          log_every: int = typer.Option(
+              1, "--log-every", min=1, help="A log line on stderr every N rounds (and the "
+              "last), whatever stderr is (docs/metrics.md, \"Log lines\")."),
+          quiet: bool = typer.Option(
+              False, "--quiet", "-q", help="No log lines and no progress bars; warnings, "
+              "errors and the result (stdout) only."),
           ) -> None:
     """Train a multi-agent system in embedded mode per a YAML run config. A non-empty
-    out_dir is refused unless --resume (continue it) or --overwrite (replace it)."""
+    out_dir is refused unless --resume (continue it) or --overwrite (replace it). One log
+    line per round on stderr; a progress bar as well on a terminal."""
     from mgrpo.training.config import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import pin
     from mgrpo.training.plots import plot_run
 
+    set_quiet(quiet)
     cfg = load_run_config(config, _parse_overrides(set_))
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
-    result = run_training(cfg, resume=resume)
+    result = run_training(cfg, resume=resume, log_every=log_every)
     plot_run(cfg.out_dir)
     typer.echo(json.dumps({"out_dir": str(result.out_dir), "rounds": result.rounds,
                            "before": result.before, "after": result.after,
@@ -187,11 +202,17 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
          set_: list[str] = typer.Option(
              [], "--set", help="Run-config override for the RL rounds, as `mgrpo train "
              "--set`, e.g. --set max_staleness=1 --set loss.rollout_is=token (asynchronous)."),
+         log_every: int = typer.Option(1, "--log-every", min=1,
+                                       help="A log line on stderr every N RL rounds."),
+         quiet: bool = typer.Option(False, "--quiet", "-q",
+                                    help="No log lines and no progress bars."),
          ) -> None:
-    """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table."""
+    """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table.
+    Log lines on stderr for each warm-start evaluation, RL round and held-out evaluation."""
     from mgrpo.training.demo import run_demo
 
-    run_demo(demo_config(out, seed, rounds, config, set_))
+    set_quiet(quiet)
+    run_demo(demo_config(out, seed, rounds, config, set_), log_every=log_every)
 
 
 def demo_config(out: Path, seed: int, rounds: int | None, config: Path | None,

@@ -31,7 +31,8 @@ def sft(
                                  "written once: pass another --version", param_hint="--version")
     net, tokenizer = load_model(model, device=device)
     config = SFTConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, agent=agent)
-    metrics = train_sft(net, tokenizer, load_sft_jsonl(data), config, progress=True)
+    metrics = train_sft(net, tokenizer, load_sft_jsonl(data), config, progress=True,
+                        log_name=name)
     uri = save_checkpoint(net, str(out), name, version, tokenizer=tokenizer,
                           extra={"sft": config.model_dump(), "eval_loss": metrics["eval_loss"]})
     summary = {"checkpoint": uri, "examples": metrics["examples"],

@@ -29,6 +29,15 @@ def resolve_dtype(dtype):
     return value
 
 
+def quiet_transformers() -> None:
+    """Turn off transformers' own progress bars ("Loading weights", "Writing model shards"):
+    they print on every command's stderr, terminal or not, for steps that take well under a
+    second; mgrpo's own bars and log lines say what takes long (:mod:`mgrpo.progress`)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_model(path: str | Path, device: str = "cpu", dtype=None):
     """Return ``(model, tokenizer)`` from a local Hugging Face folder, model in eval mode.
 
@@ -37,6 +46,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=None):
     """
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     folder = Path(path)
     if not folder.is_dir():
         raise ModelLoadError(

@@ -127,6 +127,9 @@ def build_tiny_model(config: TinyModelConfig, vocab_size: int, pad_id: int, eos_
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from mgrpo.models.loading import quiet_transformers
+
+    quiet_transformers()  # save_pretrained's "Writing model shards" bar
     hf_config = Qwen2Config(
         vocab_size=vocab_size, hidden_size=config.hidden_size,
         num_hidden_layers=config.num_hidden_layers,

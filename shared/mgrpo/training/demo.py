@@ -221,7 +221,7 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
     torch.manual_seed(cfg.seed)
     metrics = train_sft(model, tokenizer, load_sft_jsonl(data),
                         SFTConfig(steps=steps, batch_size=cfg.sft_batch, seed=cfg.seed,
-                                  eval_every=100), progress=True)
+                                  eval_every=100), progress=True, log_name=name)
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     save_metrics(metrics, target / "sft_metrics.json")
@@ -257,7 +257,7 @@ def table(before: dict, after: dict) -> str:
     return "\n".join(lines)
 
 
-def run_demo(cfg: DemoConfig) -> dict:
+def run_demo(cfg: DemoConfig, log_every: int = 1) -> dict:
     from mgrpo.training.config import RunConfig
     from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
@@ -272,7 +272,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     stale = {m: n for m in run_cfg.trained_models() if (n := run_cfg.staleness(m)) > 0}
     _stamp("M-GRPO co-training (embedded" + (f", asynchronous, max_staleness {stale}"
                                              if stale else "") + ")", t0)
-    result = run_training(run_cfg)
+    result = run_training(run_cfg, log_every=log_every)
     plots = plot_run(run_cfg.out_dir)
     summary = {"before": result.before, "after": result.after, "rounds": result.rounds,
                "wall_s": round(time.perf_counter() - t0, 1), "run_set": cfg.run_set,

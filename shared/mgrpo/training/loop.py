@@ -172,14 +172,18 @@ def _calls(episodes) -> dict[str, float]:
 
 
 def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
-                 stop_after: int | None = None) -> RunResult:
-    """Train per ``cfg`` in this process. ``stop_after`` ends early (tests of resume)."""
+                 stop_after: int | None = None, log_every: int = 1) -> RunResult:
+    """Train per ``cfg`` in this process. ``stop_after`` ends early (tests of resume).
+    ``progress``: the progress bar (on a terminal); ``log_every``: a log line on stderr
+    every N rounds (and the last), whatever stderr is (``MGRPO_QUIET=1``: none)."""
     from mgrpo.store import Store
 
     started = time.perf_counter()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    schedule = stage_schedule(cfg)
     logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
-                           run_name=cfg.name, config=cfg.model_dump(mode="json"))
+                           run_name=cfg.name, config=cfg.model_dump(mode="json"),
+                           log_every=log_every, total_rounds=len(schedule))
     system = build_system(cfg)
     store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
     store.upgrade()
@@ -189,7 +193,6 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
     if done == 0:
         result.before = _eval_both(system, test, logger, "before", step=0)
-    schedule = stage_schedule(cfg)
     if cfg.algorithm != "at_grpo" and any(cfg.staleness(m) > 0 for m in cfg.trained_models()):
         from mgrpo.training.pipeline import run_async
 
@@ -208,12 +211,13 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
         else:
             round_fn = run_round
         metrics = round_fn(system, store, cfg.name, round_index, pools[stage_index])
-        logger.log(round_index, metrics)
+        logger.log_round(round_index, metrics)
         # Greedy held-out accuracy every eval_every rounds; the last round's comes from the
         # final evaluation (sampled and greedy) below, not twice.
         if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0 \
                 and round_index + 1 < len(schedule):
-            logger.log(round_index + 1, evaluate(system, test, greedy=True))
+            logger.log_eval(round_index + 1, evaluate(system, test, greedy=True),
+                            f"after round {round_index + 1}/{len(schedule)}")
         result.rounds = round_index + 1
     else:
         result.after = _eval_both(system, test, logger, "after", step=len(schedule))
@@ -228,6 +232,7 @@ def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str,
     (round metrics at step r describe round r's rollouts, made before its update)."""
     from mgrpo.progress import progress_bar
 
+    started = time.perf_counter()
     out = {}
     questions: dict[str, dict[str, float]] = {}
     with progress_bar(desc=f"eval {tag}", total=2 * len(test), enabled=logger.enabled) as bar:
@@ -238,6 +243,5 @@ def _eval_both(system: System, test: list, logger: MetricsLogger, tag: str,
     write_json_atomic(out_path(system.cfg, f"eval_{tag}.json"), out)
     # each question's correctness, for paired comparisons across runs (mgrpo ablate)
     write_json_atomic(out_path(system.cfg, f"eval_{tag}_questions.json"), questions)
-    logger.note(tag, out)
-    logger.log(step, out)
+    logger.log_eval(step, out, tag, seconds=time.perf_counter() - started)
     return out

@@ -1,28 +1,56 @@
 """Where round metrics go besides the stats store: a CSV, TensorBoard and Weights & Biases
-(the run config's ``report_to``), and the terminal.
+(the run config's ``report_to``), and stderr.
 
 ``metrics.csv`` is long-format (round, key, value) so new keys never break the header;
 ``mgrpo plot RUN`` reads it. Keys follow ``"{agent}/{quantity}"`` (docs/metrics.md).
+
+On stderr, whatever it is (a terminal, a pipe, a file under ``nohup``): one line per round
+(every ``log_every`` rounds, and the last) and per evaluation, in the format of
+docs/metrics.md ("Log lines"); a progress bar besides on a terminal only.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from mgrpo.progress import format_line, log_line, progress_bar
 
-from mgrpo.progress import progress_bar
+# What a round's log line shows, in this order: the training episodes' accuracy and format
+# validity, then each role's reward, share of zero-variance groups and each model's grad norm.
+LINE_KEYS = ("planner/accuracy", "planner/format_valid")
+LINE_SUFFIXES = ("/reward_mean", "/frac_reward_zero_std", "/grad_norm")
+
+
+def round_line_values(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics a round's log line shows (docs/metrics.md, "Log lines")."""
+    out = {k: metrics[k] for k in LINE_KEYS if k in metrics}
+    for suffix in LINE_SUFFIXES:
+        keys = sorted((k for k in metrics if k.endswith(suffix)),
+                      key=lambda k: (not k.startswith("planner/"), k))
+        out.update({k: metrics[k] for k in keys})
+    return out
+
+
+def eval_line_values(metrics: dict[str, float]) -> dict[str, float]:
+    """An evaluation's log line: accuracy and format validity per decoding mode."""
+    return {f"eval/{mode}/{quantity}": metrics[f"eval/{mode}/{quantity}"]
+            for mode in ("sampled", "greedy") for quantity in ("accuracy", "format_valid")
+            if f"eval/{mode}/{quantity}" in metrics}
 
 
 class MetricsLogger:
     def __init__(self, out_dir: Path, enabled: bool = True,
                  report_to: Iterable[str] = ("tensorboard",), run_name: str = "run",
-                 config: dict | None = None):
+                 config: dict | None = None, log_every: int = 1,
+                 total_rounds: int | None = None):
         self.out_dir = out_dir
-        self.enabled = enabled
+        self.enabled = enabled  # the progress bar (log lines are not affected)
+        self.log_every = log_every
+        self.total_rounds = total_rounds
+        self._clock = time.perf_counter()
         self.run_name = run_name
         self._wandb = None
         if "wandb" in report_to:  # first: a missing package stops before any file is opened
@@ -45,7 +73,34 @@ class MetricsLogger:
     def progress(self, items: Iterable, desc: str) -> Iterator:
         items = list(items)
         self._bar = progress_bar(items, desc=desc, enabled=self.enabled)
+        self._clock = time.perf_counter()
         return iter(self._bar)
+
+    def _lap(self) -> float:
+        """Seconds since the previous round or evaluation line (or the start)."""
+        now = time.perf_counter()
+        seconds, self._clock = now - self._clock, now
+        return seconds
+
+    def log_round(self, round_index: int, metrics: dict[str, float]) -> None:
+        """A round's metrics to every sink, and its log line every ``log_every`` rounds."""
+        self.log(round_index, metrics)
+        seconds = self._lap()
+        count = round_index + 1
+        last = count == self.total_rounds
+        if self.log_every > 0 and (count % self.log_every == 0 or last):
+            total = f"/{self.total_rounds}" if self.total_rounds else ""
+            log_line(format_line(f"round {count}{total}", round_line_values(metrics),
+                                 seconds))
+
+    def log_eval(self, step: int, metrics: dict[str, float], label: str,
+                 seconds: float | None = None) -> None:
+        """An evaluation's metrics at ``step`` (rounds done) to every sink, and its line
+        (``seconds``: its duration; default the time since the previous line)."""
+        self.log(step, metrics)
+        lap = self._lap()
+        log_line(format_line(f"eval {label}", eval_line_values(metrics),
+                             lap if seconds is None else seconds))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in sorted(metrics.items()):
@@ -60,12 +115,6 @@ class MetricsLogger:
                      if k in ("planner/accuracy", "planner/reward_mean",
                               "eval/greedy/accuracy")}
             self._bar.set_postfix(shown)
-
-    def note(self, tag: str, metrics: dict[str, float]) -> None:
-        if self.enabled:
-            tqdm.write(f"[{tag}] " + json.dumps({k: round(v, 4) for k, v in metrics.items()
-                                                  if "accuracy" in k and "_" not in
-                                                  k.rsplit("/", 1)[-1]}))
 
     def close(self) -> None:
         self._csv.close()

@@ -197,10 +197,11 @@ def run_async(system, store, logger, schedule: list, done: int, stop_after: int 
     next(ticks, None)
 
     def on_round(round_index: int, metrics: dict) -> None:
-        logger.log(round_index, metrics)
+        logger.log_round(round_index, metrics)
         if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0 \
                 and round_index + 1 < len(schedule):  # as run_training: the last from below
-            logger.log(round_index + 1, evaluate(system, test, greedy=True))
+            logger.log_eval(round_index + 1, evaluate(system, test, greedy=True),
+                            f"after round {round_index + 1}/{len(schedule)}")
         result.rounds = round_index + 1
         next(ticks, None)
 

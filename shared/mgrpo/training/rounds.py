@@ -23,6 +23,7 @@ from mgrpo.training.scoring import (
     GroupStat,
     PlannerOutcome,
     Sample,
+    frac_zero_std,
     planner_samples,
     score_episode,
     subagent_rewards,
@@ -131,6 +132,8 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
                 role_trajs, rewards, cfg.k, d, cfg, seed=mix_seed(cfg.seed, role, round_index))
         samples += role_samples
         stats += role_stats
+        if role_stats:
+            metrics[f"{role}/frac_reward_zero_std"] = frac_zero_std(role_stats)
         if role_samples:
             rewards_t = torch.tensor([s.reward for s in role_samples])
             adv_t = torch.tensor([s.advantage for s in role_samples])

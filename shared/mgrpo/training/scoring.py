@@ -45,6 +45,12 @@ class GroupStat:
     std: float
 
 
+def frac_zero_std(stats: list[GroupStat]) -> float:
+    """Share of groups whose rewards are all equal (TRL's ``frac_reward_zero_std``): their
+    advantages are 0, so they teach nothing. A group of one counts as constant."""
+    return sum(s.std < 1e-8 for s in stats) / len(stats) if stats else 0.0
+
+
 def score_episode(answer: str | None, format_ok: bool, gold: str, verifier,
                   weights: tuple[float, float], question: str | None = None
                   ) -> tuple[float, float]:

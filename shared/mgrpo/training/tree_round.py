@@ -17,7 +17,7 @@ import torch
 from mgrpo.algo import at_grpo_advantages
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import mix_seed
-from mgrpo.training.scoring import GroupStat, Sample, score_episode
+from mgrpo.training.scoring import GroupStat, Sample, frac_zero_std, score_episode
 from mgrpo.training.tree import TreeEpisode, TreeSampler
 from mgrpo.types import Trajectory
 
@@ -73,6 +73,8 @@ def train_tree_model(lm, roles: list[str], trajs: list[Trajectory], cfg: RunConf
         if rewards:
             metrics[f"{role}/turn_reward_mean"] = sum(rewards) / len(rewards)
             metrics[f"{role}/samples"] = float(len(rewards))
+        if role_stats := [s for s in stats if s.agent == role]:
+            metrics[f"{role}/frac_reward_zero_std"] = frac_zero_std(role_stats)
     metrics.update(update_model(lm, samples, cfg, round_index))
     return metrics, stats
 
