@@ -6,8 +6,9 @@ gradient equals the full mini-batch's under every aggregation mode (token-mean: 
 share; seq-mean modes: by sequence share, so Dr. GRPO's B*L normaliser, L the constant
 ``norm_length``, holds).
 Logprobs are of ``softmax(logits / temperature)``, the run's sampling temperature (the
-distribution the engine sampled). The trainer computes pi_old itself (for the first
-mini-batch: its own training forward, detached; no extra pass); the rollout's own
+distribution the engine sampled). The trainer computes pi_old itself, in eval mode (for the
+first mini-batch of a model without dropout: its own training forward, detached; no extra
+pass); the rollout's own
 logprobs (``Trajectory.old_logprobs``) are kept to report the sampler/trainer mismatch per
 agent and, with ``loss.rollout_is``, to weight the loss by truncated pi_old / pi_rollout
 (:mod:`mgrpo.algo.rollout_correction`). With ``loss.kl_coef > 0`` the caller passes the
@@ -19,12 +20,12 @@ gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose red
 (an average too) runs after every backward; the local loss is multiplied by ``world``
 so the average equals the single-process sum. Every rank makes the same number of backward
 passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
+Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from contextlib import nullcontext
 
 import torch
@@ -34,6 +35,7 @@ from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights,
 from mgrpo.models.logprobs import token_logprobs
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.scoring import Sample
+from mgrpo.training.update_metrics import UpdateTotals
 
 
 def pad_samples(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -62,22 +64,42 @@ def _chunks(n: int, parts: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def _gather_shards(totals: dict[str, float], batch: dict, first_rows, world: int
-                   ) -> dict[str, float]:
-    """After a data-parallel update: the metrics summed over the ranks' micro-batches
-    (grad_norm is the same on every rank), and the first mini-batch's fused pi_old rows,
-    each filled by the one rank that ran them (the others hold zeros there)."""
+def _gather_first_rows(batch: dict, first_rows) -> None:
+    """After a data-parallel update: the first mini-batch's fused pi_old rows, each filled by
+    the one rank that ran them (the others hold zeros there)."""
     import torch.distributed as dist
 
-    keys = sorted(totals)
-    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-    dist.all_reduce(summed)
-    if first_rows is not None:
-        part = batch["old_logprobs"][first_rows].contiguous()
-        dist.all_reduce(part)
-        batch["old_logprobs"][first_rows] = part
-    return {k: (float(v) / world if k == "grad_norm" else float(v))
-            for k, v in zip(keys, summed, strict=True)}
+    part = batch["old_logprobs"][first_rows].contiguous()
+    dist.all_reduce(part)
+    batch["old_logprobs"][first_rows] = part
+
+
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether a train-mode forward of ``model`` is random: a dropout module with p > 0 (LoRA
+    dropout, hidden dropout) or an attention dropout in its config."""
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+           for m in model.modules()):
+        return True
+    config = getattr(getattr(model, "module", model), "config", None)  # DDP: .module
+    return any(float(getattr(config, name, 0.0) or 0.0) > 0
+               for name in ("attention_dropout", "hidden_dropout", "dropout"))
+
+
+def _old_logprobs(model, batch: dict, rows: torch.Tensor, micro_batch_size: int,
+                  temperature: float) -> torch.Tensor:
+    """pi_old of ``rows`` (others 0): one no-grad pass in eval mode, so dropout (LoRA's, the
+    model's) adds no noise to the ratio and the importance weights."""
+    old = torch.zeros_like(batch["old_logprobs"])
+    if len(rows):
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            old[rows] = token_logprobs(
+                model, batch["input_ids"][rows], batch["attention_mask"][rows],
+                micro_batch_size=micro_batch_size,
+                temperature=temperature) * batch["response_mask"][rows]
+        model.train(was_training)
+    return old
 
 
 def qualify(metrics: dict[str, float], model: str) -> dict[str, float]:
@@ -125,30 +147,24 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     batch = pad_samples(samples, pad_id)
     order = torch.randperm(len(samples), generator=generator)
     minis = _chunks(len(samples), model_cfg.mini_batches)
-    model.train()
     rollout = batch["old_logprobs"]  # what the sampler reported
     mask_all = batch["response_mask"]
-    fused = recompute_old and reuse_first_pass
+    # The fused pi_old is a train-mode forward: only exact when that forward is not random.
+    fused = recompute_old and reuse_first_pass and not has_dropout(model)
     if recompute_old:  # the trainer's own pi_old: robust to sampler/trainer numeric drift
-        old = torch.zeros_like(rollout)
         # Fused: the first mini-batch's pi_old is its own (grad) forward, detached, filled in
         # below; only the rows of later mini-batches need a pass before the first step.
         rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
-        if len(rows):
-            with torch.no_grad():
-                old[rows] = token_logprobs(
-                    model, batch["input_ids"][rows], batch["attention_mask"][rows],
-                    micro_batch_size=model_cfg.micro_batch_size,
-                    temperature=temperature) * mask_all[rows]
-        batch["old_logprobs"] = old
+        batch["old_logprobs"] = _old_logprobs(model, batch, rows, model_cfg.micro_batch_size,
+                                              temperature)
+    model.train()
     ref = None
     if loss_cfg.kl_in_loss():
         with torch.no_grad():
             ref = token_logprobs(ref_model, batch["input_ids"], batch["attention_mask"],
                                  micro_batch_size=model_cfg.micro_batch_size,
                                  temperature=temperature)
-    totals: dict[str, float] = defaultdict(float)
-    steps = 0
+    totals = UpdateTotals()
     rank, world = shard
     for number, mini in enumerate(minis):
         idx = order[mini]
@@ -187,16 +203,16 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     else len(sel) / seqs
                 share = share if real else share * 0.0
                 (loss * (share * world) if world > 1 else loss * share).backward()
-            for key, value in metrics.items():
-                totals[key] += float(value) * float(share)
+            totals.add_micro(metrics, float(share), float(m.sum()) if real else 0.0)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
         optimizer.step()
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
-        totals["grad_norm"] += float(grad_norm)
-        steps += 1
+        totals.add_step(float(grad_norm))
     if world > 1:
-        totals = _gather_shards(totals, batch, order[minis[0]] if fused else None, world)
+        totals.all_reduce(world)
+        if fused:
+            _gather_first_rows(batch, order[minis[0]])
     extra: dict[str, float] = {}
     if recompute_old:  # pi_old of every row is known now (fused rows were filled in the loop)
         extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, mask_all)
@@ -205,4 +221,4 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         if is_w is not None:
             extra.update(is_weight_metrics(is_w, mask_all, loss_cfg.rollout_is_threshold))
     model.eval()
-    return {**{key: value / steps for key, value in totals.items()}, **extra}
+    return {**totals.result(), **extra}
