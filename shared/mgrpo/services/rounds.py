@@ -16,9 +16,12 @@ What this module does NOT do: play episodes or train (workers and trainers do).
 
 from __future__ import annotations
 
+import contextlib
+
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
 from mgrpo.services.context import Queues
 from mgrpo.services.tree_calls import is_tree_round
+from mgrpo.store.errors import RunBusy
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
@@ -125,12 +128,13 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
             if filtered is None:
                 return _enqueue(store, bus, cfg, queues, run_id,
                                 filter_round_id(run_id, stage_index), -1 - stage_index,
-                                questions, stage.filter_samples, trained=[], scored=[])
+                                questions, stage.filter_samples, trained=[], scored=[],
+                                unfinished=busy)
             questions = hard_questions(questions, filtered, stage.max_success)
         questions = sample_questions(questions, cfg.queries_per_round, cfg.seed, index)
     return _enqueue(store, bus, cfg, queues, run_id, round_id_of(run_id, index), index,
                     questions, cfg.k, trained=trained, scored=list(dict.fromkeys(
-                        cfg.agents.values())))
+                        cfg.agents.values())), unfinished=busy)
 
 
 def _busy(run_id: str, busy: list) -> RoundConflict:
@@ -180,25 +184,44 @@ def _filter_result(store, run_id: str, stage_index: int, stage) -> list | None:
 
 
 def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: str,
-             index: int, questions: list, k: int, trained: list[str], scored: list[str]):
+             index: int, questions: list, k: int, trained: list[str], scored: list[str],
+             unfinished: list):
+    """Create the round, then publish its tasks: only the request that created it does
+    (a concurrent start of the same run gets :class:`RoundConflict`, and never touches the
+    status of a round it did not create). A publish the broker refuses fails the round with
+    the reason, so the run is not left with a 'running' round that has no tasks."""
     config = {**cfg.model_dump(mode="json"), "trained_models": trained,
               "scored_models": scored}
-    # the queries, the round (already 'running') and its rollouts: one transaction
-    if not store.create_round(run_id, round_id, index, [q.id for q in questions], k, config,
-                              queries=[QueryRecord(query_id=q.id, question=q.question,
-                                                   answer=q.answer,
-                                                   meta={"kind": q.kind, "stage": q.stage})
-                                       for q in questions], running=True):
-        store.set_round_status(round_id, "running")  # it existed (an explicit index)
+    # the queries, the round (already 'running') and its rollouts: one transaction, with the
+    # check that no other round of the run started meanwhile (under the run's row lock)
+    try:
+        created = store.create_round(
+            run_id, round_id, index, [q.id for q in questions], k, config,
+            queries=[QueryRecord(query_id=q.id, question=q.question, answer=q.answer,
+                                 meta={"kind": q.kind, "stage": q.stage})
+                     for q in questions],
+            running=True, unfinished=[r.round_id for r in unfinished])
+    except RunBusy as error:
+        raise _busy(run_id, [store.get_round(error.round_ids[0])]) from error
+    if not created:
+        raise RoundConflict(f"round {round_id} of run {run_id!r} exists already (started by "
+                            f"another request); see GET /v1/rounds/{round_id}")
     # an AT-GRPO round: one task per query, its tree (whose K candidate slots are the rollouts)
     tasks = 1 if is_tree_round(cfg, index) else k
     # one send (a planner worker may start once it holds them all), one confirm wait
-    bus.publish_many([(queues.episodes, EpisodeTask(
-        run_id=run_id, round_id=round_id, query_id=q.id, rollout=rollout, group=round_id,
-        group_size=len(questions) * tasks)) for q in questions for rollout in range(tasks)]
-        + [(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
-                                                round_id=round_id, model=model))
-           for model in scored])
+    try:
+        bus.publish_many([(queues.episodes, EpisodeTask(
+            run_id=run_id, round_id=round_id, query_id=q.id, rollout=rollout, group=round_id,
+            group_size=len(questions) * tasks)) for q in questions for rollout in range(tasks)]
+            + [(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
+                                                    round_id=round_id, model=model))
+               for model in scored])
+    except Exception as error:
+        with contextlib.suppress(Exception):  # the store down as well: the raise says why
+            store.set_round_status(round_id, "failed", only_from=("running",),
+                                   error=f"its tasks were not published: "
+                                         f"{type(error).__name__}: {error}"[:2000])
+        raise
     return store.get_round(round_id)
 
 

@@ -27,3 +27,11 @@ def is_transient_db_error(error: BaseException) -> bool:
     except ImportError:  # pragma: no cover - psycopg is a dependency of distributed mode
         return False
     return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+class RunBusy(RuntimeError):
+    """A round cannot be created: the run has other unfinished rounds (``round_ids``)."""
+
+    def __init__(self, run_id: str, round_ids: list[str]) -> None:
+        super().__init__(f"run {run_id!r} has unfinished rounds {round_ids}")
+        self.run_id, self.round_ids = run_id, round_ids

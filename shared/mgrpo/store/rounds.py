@@ -9,11 +9,12 @@ What this module does NOT do: trajectories, rewards or statistics (``mgrpo.store
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from sqlalchemy import Integer, String, column, func, select, update, values
 
 from mgrpo.store.base import StoreBase
+from mgrpo.store.errors import RunBusy
 from mgrpo.store.models import Query, Rollout, Round, Run, utcnow
 from mgrpo.store.records import (
     TERMINAL_ROUND_STATUSES,
@@ -71,7 +72,8 @@ class RoundsMixin(StoreBase):
 
     def create_round(self, run_id: str, round_id: str, index: int, query_ids: Sequence[str],
                      k: int, config: dict | None = None, *,
-                     queries: Sequence[QueryRecord] = (), running: bool = False) -> bool:
+                     queries: Sequence[QueryRecord] = (), running: bool = False,
+                     unfinished: Collection[str] | None = None) -> bool:
         """Write a round and its ``len(query_ids) * k`` pending rollouts in one transaction.
 
         Idempotent: a second call with the same ``round_id`` returns False and changes nothing.
@@ -80,6 +82,12 @@ class RoundsMixin(StoreBase):
         transaction; ``running``: the round starts as 'running' (``started_at`` stamped), as
         :meth:`set_round_status` would. One commit where a round's start used to take three
         (a commit is a WAL flush, ~6 ms on this machine's PostgreSQL).
+
+        ``unfinished``: the run's unfinished rounds the caller decided with (none: a
+        synchronous run). In the same transaction, under a lock on the run's row (SQLite:
+        the database lock of ``BEGIN IMMEDIATE``), an unfinished round of the run that is
+        not among them raises :class:`~mgrpo.store.errors.RunBusy`: of concurrent starts
+        that read the same state, one creates its round and the others see it.
         """
         if k < 1:
             raise ValueError(f"k={k}: a round needs at least one rollout per query (k >= 1)")
@@ -88,6 +96,15 @@ class RoundsMixin(StoreBase):
                              "pass each query once and use k for repeated rollouts")
         now = utcnow()
         with self._tx() as session:
+            if unfinished is not None:
+                session.execute(select(Run.run_id).where(Run.run_id == run_id)
+                                .with_for_update())
+                busy = session.scalars(select(Round.round_id).where(
+                    Round.run_id == run_id,
+                    Round.status.not_in(list(TERMINAL_ROUND_STATUSES)))).all()
+                others = sorted(set(busy) - set(unfinished))
+                if others:
+                    raise RunBusy(run_id, others)
             inserted = self._written(session, self._insert(Round).values(
                 round_id=round_id, run_id=run_id, index=index, k=k,
                 status="running" if running else "pending", config=config or {},

@@ -1,0 +1,110 @@
+"""Concurrent ``POST /v1/rounds`` of one run, on the real PostgreSQL and RabbitMQ: exactly one
+201, every other 409, and the round's tasks published once (B*K episode tasks and one
+``RoundCommand`` per model on the queues, nothing more). Before, the busy check and the
+create were not tied: 15 of 20 concurrent starts answered 201 for the same round, and each
+published every task again.
+
+A start that decided on a stale read (the round it would create exists, and is finished by
+now) gets 409 and leaves that round's status alone (before, it set it back to ``running``).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from kombu import Connection
+from services_testkit import make_bench, make_tiny, write_run_config
+from serving import running_server
+
+from mgrpo.config import Settings
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.deps import ApiState
+from mgrpo.services.context import Queues, load_service_config, make_bus
+from mgrpo.services.rounds import RoundConflict, start_round
+from mgrpo.store import Store
+from mgrpo.store.admin import temporary_database
+
+TOKEN = "race-token"
+MODELS = ("planner", "searcher", "coder")
+STARTS = 20
+
+
+@pytest.fixture
+def api(postgres_url, rabbitmq_url, tmp_path):
+    """(url, store, queues, broker url): the planner API on a fresh database and prefix."""
+    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
+                                make_bench(tmp_path / "bench"), name="race", k=2, queries=3)
+    queues = Queues(f"t{uuid.uuid4().hex[:10]}.")
+    with temporary_database(postgres_url) as url:
+        store = Store(url)
+        store.upgrade()
+        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
+                            run_config=str(cfg_path), api_token=TOKEN,
+                            queue_prefix=queues.prefix, checkpoint_uri=str(tmp_path / "ck"),
+                            engine="services_testkit:scripted_engine")
+        cfg = load_service_config(settings)
+        bus = make_bus(settings, store)
+        try:
+            with running_server(create_app(ApiState(settings, cfg, store, bus))) as base:
+                yield base, store, cfg, bus, queues, rabbitmq_url
+        finally:
+            bus.close()
+            _delete(rabbitmq_url, [queues.episodes, queues.dead_letter,
+                                   *(queues.trainer(m) for m in MODELS)])
+            store.close()
+
+
+def _depths(broker_url: str, names: list[str]) -> dict[str, int]:
+    with Connection(broker_url) as connection:
+        channel = connection.channel()
+        return {name: channel.queue_declare(name, passive=True).message_count
+                for name in names}
+
+
+def _delete(broker_url: str, names: list[str]) -> None:
+    with Connection(broker_url) as connection:
+        channel = connection.channel()
+        for name in names:
+            try:
+                channel.queue_delete(name)
+            except Exception:  # never declared: nothing to clean
+                channel = connection.channel()
+
+
+def test_concurrent_starts_create_one_round_and_publish_once(api):
+    base, store, _, _, queues, broker = api
+    barrier = threading.Barrier(STARTS)
+
+    def post(_: int) -> httpx.Response:
+        with httpx.Client(base_url=base, timeout=120) as http:
+            barrier.wait()
+            return http.post("/v1/rounds", json={"run_id": "race"},
+                             headers={"Authorization": f"Bearer {TOKEN}"})
+
+    with ThreadPoolExecutor(STARTS) as pool:
+        responses = list(pool.map(post, range(STARTS)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [201] + [409] * (STARTS - 1), [(r.status_code, r.text[:200])
+                                                  for r in responses]
+    created = next(r.json() for r in responses if r.status_code == 201)
+    assert created["round_id"] == "race-r0000" and created["status"] == "running"
+    assert all("race-r0000" in r.json()["detail"] for r in responses if r.status_code == 409)
+    assert [r.round_id for r in store.list_rounds("race")] == ["race-r0000"]
+    depths = _depths(broker, [queues.episodes, *(queues.trainer(m) for m in MODELS)])
+    assert depths == {queues.episodes: 3 * 2, **{queues.trainer(m): 1 for m in MODELS}}
+
+
+def test_a_late_start_never_sets_a_finished_round_back_to_running(api):
+    _, store, cfg, bus, queues, broker = api
+    record = start_round(store, bus, cfg, queues, run_id="race")
+    store.set_round_status(record.round_id, "cancelled")
+    # a start that read the run before the round existed decides on the same index
+    with pytest.raises(RoundConflict, match="exists already"):
+        start_round(store, bus, cfg, queues, run_id="race", index=record.index)
+    assert store.get_round(record.round_id).status == "cancelled"
+    depths = _depths(broker, [queues.episodes])
+    assert depths == {queues.episodes: 3 * 2}  # the first start's tasks only
