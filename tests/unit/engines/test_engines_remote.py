@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import torch
@@ -67,7 +69,7 @@ def test_server_speaks_openai_completions_shape(served):
     wrong = httpx.post(f"{url}/v1/completions", json={"model": "big", "prompt": [[1]]})
     assert wrong.status_code == 404 and "not served" in wrong.text
     bad = httpx.post(f"{url}/v1/completions", json={"prompt": [[1]], "top_p": 2})
-    assert bad.status_code == 422
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_p"
 
 
 def test_remote_load_weights_reaches_the_served_engine(served, tmp_path):
@@ -145,4 +147,50 @@ def test_a_server_reporting_t1_logprobs_is_refused_when_t_is_not_1(served_raw):
     with pytest.raises(RemoteEngineError, match="logprobs-mode processed_logprobs"):
         remote.generate([GenerationRequest(prompt, SamplingParams(temperature=0.7,
                                                                   max_new_tokens=4, seed=1))])
+    remote.close()
+
+
+def _first_whole_token(remote, prompt) -> tuple[int, str]:
+    """The greedy first token after ``prompt`` and its text (whole characters)."""
+    got = remote.generate([GenerationRequest(prompt, SamplingParams(temperature=0.0,
+                                                                    max_new_tokens=1))])[0]
+    assert got.text.strip() and "\ufffd" not in got.text, got.text
+    return got.completion_ids[0], got.text
+
+
+def test_remote_engine_keeps_the_stop_marker_in_the_text(served):
+    """The server leaves the stop token's or stop string's text out unless asked
+    (include_stop_str_in_output, as vLLM); RemoteEngine asks, so the text ends with the
+    marker the agents' parsers look for, as the local engine's does."""
+    local, url, tok = served
+    remote = RemoteEngine(url, model="tiny")
+    prompt = [40, 41, 42, 43]
+    token, piece = _first_whole_token(remote, prompt)
+    for params in (SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=[token]),
+                   SamplingParams(temperature=0.0, max_new_tokens=6, stop=[piece])):
+        request = GenerationRequest(prompt, params)
+        got, expected = remote.generate([request])[0], local.generate([request])[0]
+        assert got.finish_reason == "stop" and got.text.endswith(piece)
+        assert (got.text, got.completion_ids) == (expected.text, expected.completion_ids)
+    remote.close()
+
+
+class _DropsStopText(httpx.HTTPTransport):
+    """A server that ignores include_stop_str_in_output (the field never reaches ours)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/completions":
+            body = json.loads(request.content)
+            body.pop("include_stop_str_in_output", None)
+            request = httpx.Request(request.method, request.url, json=body)
+        return super().handle_request(request)
+
+
+def test_a_server_that_drops_the_stop_text_is_refused_on_connect(served):
+    local, url, tok = served
+    remote = RemoteEngine(url, model="tiny")
+    remote.client = httpx.Client(base_url=url, transport=_DropsStopText(), timeout=120)
+    with pytest.raises(RemoteEngineError, match="include_stop_str_in_output"):
+        remote.generate([GenerationRequest([40, 41, 42, 43],
+                                           SamplingParams(max_new_tokens=4, seed=0))])
     remote.close()
