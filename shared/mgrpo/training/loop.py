@@ -40,6 +40,7 @@ from mgrpo.training.stages import (  # noqa: F401 - re-exported
     stage_schedule,
 )
 from mgrpo.training.system import System, build_system, out_path
+from mgrpo.training.watch import RunWatch
 
 
 @dataclass
@@ -120,11 +121,21 @@ def finish_round(system: System, store, run_id: str, round_index: int, questions
         "rollout/generated_tokens": float(generated),
         "throughput/tokens_per_s": generated / max(rollout_s, 1e-9),
     })
-    for role, calls in _calls(episodes).items():
-        metrics[f"{role}/calls_per_episode"] = calls / n
+    calls = _calls(episodes)
+    for role in sorted(set(calls) | expected_roles(cfg, questions)):  # 0: never called
+        metrics[f"{role}/calls_per_episode"] = calls.get(role, 0) / n
     store.record_metrics(run_id, round_id, metrics)
     store.set_round_status(round_id, "done")
     return metrics
+
+
+def expected_roles(cfg: RunConfig, questions: list) -> set[str]:
+    """The sub-agent roles a round's questions need: those their gold subtasks name, or every
+    sub-agent role when no question has subtasks (a benchmark without them). A stage-1 round
+    of the demo never needs the coder, so its 0 calls are not news."""
+    roles = set(cfg.agents) - {"planner"}
+    named = {s.agent for q in questions for s in getattr(q, "subtasks", [])}
+    return roles & named if named else roles
 
 
 def staleness_metrics(lm, trajs, round_index: int, admission=None) -> dict[str, float]:
@@ -183,7 +194,8 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     schedule = stage_schedule(cfg)
     logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
                            run_name=cfg.name, config=cfg.model_dump(mode="json"),
-                           log_every=log_every, total_rounds=len(schedule))
+                           log_every=log_every, total_rounds=len(schedule),
+                           watch=RunWatch(dict(cfg.agents), cfg.trained_models()))
     system = build_system(cfg)
     store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
     store.upgrade()

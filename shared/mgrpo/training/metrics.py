@@ -6,7 +6,8 @@
 
 On stderr, whatever it is (a terminal, a pipe, a file under ``nohup``): one line per round
 (every ``log_every`` rounds, and the last) and per evaluation, in the format of
-docs/metrics.md ("Log lines"); a progress bar besides on a terminal only.
+docs/metrics.md ("Log lines"), and the warnings of :class:`~mgrpo.training.watch.RunWatch`
+(never silenced); a progress bar besides on a terminal only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mgrpo.progress import format_line, log_line, progress_bar
+from mgrpo.training.watch import RunWatch
 
 # What a round's log line shows, in this order: the training episodes' accuracy and format
 # validity, then each role's reward, share of zero-variance groups and each model's grad norm.
@@ -45,11 +47,12 @@ class MetricsLogger:
     def __init__(self, out_dir: Path, enabled: bool = True,
                  report_to: Iterable[str] = ("tensorboard",), run_name: str = "run",
                  config: dict | None = None, log_every: int = 1,
-                 total_rounds: int | None = None):
+                 total_rounds: int | None = None, watch: RunWatch | None = None):
         self.out_dir = out_dir
         self.enabled = enabled  # the progress bar (log lines are not affected)
         self.log_every = log_every
         self.total_rounds = total_rounds
+        self.watch = watch
         self._clock = time.perf_counter()
         self.run_name = run_name
         self._wandb = None
@@ -92,6 +95,9 @@ class MetricsLogger:
             total = f"/{self.total_rounds}" if self.total_rounds else ""
             log_line(format_line(f"round {count}{total}", round_line_values(metrics),
                                  seconds))
+        if self.watch is not None:
+            for warning in self.watch.check(round_index, metrics):
+                log_line(warning, warning=True)
 
     def log_eval(self, step: int, metrics: dict[str, float], label: str,
                  seconds: float | None = None) -> None:

@@ -57,6 +57,10 @@ def test_a_piped_run_logs_one_line_per_round(tmp_path, tiny_dir, bench_dir):
     assert sum(line.startswith("eval before | eval/") for line in lines) == 1
     assert sum(line.startswith("eval after | eval/") for line in lines) == 1
     assert "\r" not in done.stderr  # no progress bar off a terminal
+    # the tiny random model answers nothing right, ever: every group is constant
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert any(w.startswith("warning: planner: every group had the same reward for 3 rounds")
+               for w in warnings), lines
     assert '"rounds": 3' in done.stdout  # the result stays on stdout
 
 
