@@ -41,6 +41,7 @@ class TrainedModel:
     optimizer: torch.optim.Optimizer | None
     version: int = 0
     ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
+    ref_key: tuple | None = None  # (run id, resolved path) ref_model was built for
     ranks: object | None = None  # torchrun job (mgrpo.services.trainer_ranks.Ranks) or None
 
 

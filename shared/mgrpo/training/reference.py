@@ -1,12 +1,15 @@
 """The frozen reference model of the KL term (``loss.kl_coef > 0``), for both modes.
 
 One per trained model, built on the first update that needs it and kept on the trainer's
-model record (``lm.ref_model``): the embedded loop and the distributed trainer service call
-the same :func:`reference_for`. It is loaded from disk, never copied from the live model,
-so a resumed run or a restarted trainer gets the same reference as the first round: the
-model's ``ref_path`` if set (a local HF folder or a full-weight checkpoint version folder),
-else its starting ``path``. A LoRA model (``models.<m>.lora``) is its own reference: the
-same weights with the adapter disabled (:class:`AdapterDisabled`), no second copy.
+model record (``lm.ref_model``, with ``lm.ref_key`` = (run id, resolved reference path)): the
+embedded loop and the distributed trainer service call the same :func:`reference_for`, which
+loads it again when the key changes (a trainer service that moves on to another run, or a
+run whose ``ref_path`` changed), so no run is anchored to another run's reference. It is
+loaded from disk, never copied from the live model, so a resumed run or a restarted trainer
+gets the same reference as the first round: the model's ``ref_path`` if set (a local HF
+folder or a full-weight checkpoint version folder), else its starting ``path``. A LoRA model
+(``models.<m>.lora``) is its own reference: the same weights with the adapter disabled
+(:class:`AdapterDisabled`), no second copy.
 
 Cost: a second copy of the weights (none for LoRA; no gradients, no optimizer state) in the
 trainer's process and one extra no-grad forward pass over each update's batch (docs/algorithm.md
@@ -17,6 +20,7 @@ process.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -51,20 +55,31 @@ class AdapterDisabled:
             return self.peft_model(*args, **kwargs)
 
 
-def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig) -> torch.nn.Module | None:
-    """``lm``'s reference model when the KL term is on (built once), else ``None``."""
+def reference_key(model_cfg: ModelConfig, run_id: str | None) -> tuple[str | None, str]:
+    """What a reference is built from: the run and the resolved folder (``ref_path``, else
+    ``path``; symlinks and relative paths resolved, so two spellings of one folder agree)."""
+    return run_id, os.path.realpath(model_cfg.ref_path or model_cfg.path)
+
+
+def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
+                  run_id: str | None = None) -> torch.nn.Module | None:
+    """``lm``'s reference model when the KL is on (in the loss or the reward), else ``None``.
+    Built once per (``run_id``, resolved reference path): a new key loads it again."""
     if loss_cfg.kl_coef <= 0:
         return None
+    key = reference_key(model_cfg, run_id)
     ref = getattr(lm, "ref_model", None)
-    if ref is None and is_lora_model(lm.model):
-        ref = lm.ref_model = AdapterDisabled(lm.model)
+    if ref is not None and getattr(lm, "ref_key", None) == key:
+        return ref
+    lm.ref_model = None  # drop the old one before loading (two copies may not fit)
+    if is_lora_model(lm.model):
+        ref = AdapterDisabled(lm.model)
         log.info("model %s: KL reference is its base with the LoRA adapter disabled", lm.name)
-    if ref is None:
-        path = model_cfg.ref_path or model_cfg.path
+    else:
         device = next(lm.model.parameters()).device
-        ref = load_reference(path, device)
-        lm.ref_model = ref
-        log.info("model %s: KL reference loaded from %s", lm.name, path)
+        ref = load_reference(key[1], device)
+        log.info("model %s (run %s): KL reference loaded from %s", lm.name, run_id, key[1])
+    lm.ref_model, lm.ref_key = ref, key
     return ref
 
 
@@ -81,7 +96,7 @@ def reward_kl_penalties(lm, trajs: list, cfg) -> list[float]:
     if not trajs or not (loss.kl_in_reward and loss.kl_coef > 0):
         return [0.0] * len(trajs)
     mcfg = cfg.models[lm.name]
-    ref = reference_for(lm, mcfg, loss)
+    ref = reference_for(lm, mcfg, loss, run_id=cfg.name)
     ids, attention = right_pad([t.input_ids for t in trajs], lm.tokenizer.pad_token_id)
     mask, pi = torch.zeros(ids.shape), torch.zeros(ids.shape)
     for row, t in enumerate(trajs):

@@ -168,7 +168,7 @@ def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
     update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
                            cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
                            norm_length=cfg.loss_norm_length(),
-                           ref_model=reference_for(lm, mcfg, cfg.loss)
+                           ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name)
                            if cfg.loss.kl_in_loss() else None,
                            temperature=cfg.sampling.temperature, shard=shard)
     return qualify(update, lm.name)

@@ -199,3 +199,30 @@ def test_every_estimator_is_accepted_in_the_reward_and_while_kl_is_off():
     for name in ("k1", "k2", "k3", "k1+", "k3+"):
         LossConfig(kl_coef=0.1, kl_estimator=name, kl_in_reward=True)
         LossConfig(kl_estimator=name)
+
+
+def test_reference_is_rebuilt_for_another_run_or_another_ref_path(tmp_path, tiny_dir):
+    """A trainer service that moves from run A to run B (or sees ref_path change) must not
+    keep A's reference."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mgrpo.models import TinyModelConfig, init_tiny
+    from mgrpo.training.reference import reference_for
+
+    other = init_tiny(tmp_path / "other", TinyModelConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, vocab_size=400, seed=7))
+    model, _ = load_model(tiny_dir)
+    lm = SimpleNamespace(name="m", model=model, ref_model=None)
+    on = LossConfig(kl_coef=0.1)
+    a = reference_for(lm, ModelConfig(path=str(tiny_dir)), on, run_id="A")
+    assert reference_for(lm, ModelConfig(path=str(tiny_dir) + "/."), on, run_id="A") is a
+    b = reference_for(lm, ModelConfig(path=str(other)), on, run_id="B")
+    assert b is not a
+    first = lambda m: next(iter(m.parameters()))  # noqa: E731
+    assert not torch.equal(first(a), first(b))  # run B's own starting weights
+    c = reference_for(lm, ModelConfig(path=str(other), ref_path=str(tiny_dir)), on, run_id="B")
+    assert torch.equal(first(c), first(a))  # ref_path changed: that folder's weights
+    assert reference_for(lm, ModelConfig(path=str(tiny_dir)), on, run_id="C") is not c
