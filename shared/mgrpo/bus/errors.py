@@ -2,9 +2,11 @@
 
 - transient (:func:`is_transient`): our infrastructure failed, not the message: the database
   restarted or is unreachable (``mgrpo.store.errors``), the broker connection dropped, the
-  sandbox service is down. The message is requeued after a pause and handled again later;
-  its idempotency key is not claimed, so the retry runs the handler. A batch of publishes the
-  broker did not confirm (``PublishNotConfirmed``) is one too: the retry publishes it again.
+  sandbox service is down, a judge or engine server cannot be reached or timed out (httpx's
+  transport errors, after ``mgrpo.retry``'s back-off). The message is requeued after a pause
+  and handled again later; its idempotency key is not claimed, so the retry runs the handler.
+  A batch of publishes the broker did not confirm (``PublishNotConfirmed``) is one too: the
+  retry publishes it again.
 - anything else: the message cannot be handled (wrong kind, wrong model, unknown query): it goes
   to the dead-letter queue with the reason, alone.
 
@@ -25,11 +27,12 @@ def _transient_types() -> tuple[type[BaseException], ...]:
     import kombu.exceptions
 
     from mgrpo.bus.confirmed_batch import PublishNotConfirmed
+    from mgrpo.retry import RETRIED
     from mgrpo.sandbox.client import SandboxUnavailable
 
     return (ConnectionError, TimeoutError, kombu.exceptions.OperationalError,
             amqp.exceptions.RecoverableConnectionError, amqp.exceptions.ConnectionForced,
-            SandboxUnavailable, PublishNotConfirmed)
+            SandboxUnavailable, PublishNotConfirmed, *RETRIED)
 
 
 def is_transient(error: BaseException) -> bool:

@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
+from mgrpo.retry import call_with_backoff
 
 PROBE_SEEDS = 4  # one-token probe pairs per undecided temperature and call
 PROBE_TOKENS = 4  # greedy tokens the stop-echo probe looks at
@@ -98,7 +99,10 @@ class RemoteEngine:
         return body
 
     def _one(self, request: GenerationRequest) -> Completion:
-        response = self.client.post("/v1/completions", json=self._body(request))
+        # a server restarting for a few seconds costs a retry, not the round (mgrpo.retry)
+        response = call_with_backoff(
+            lambda: self.client.post("/v1/completions", json=self._body(request)),
+            what=f"POST {self.client.base_url}/v1/completions")
         if response.status_code >= 400:
             raise RemoteEngineError(f"POST /v1/completions -> {response.status_code}: "
                                     f"{response.text[:500]}")

@@ -194,3 +194,38 @@ def test_a_server_that_drops_the_stop_text_is_refused_on_connect(served):
         remote.generate([GenerationRequest([40, 41, 42, 43],
                                            SamplingParams(max_new_tokens=4, seed=0))])
     remote.close()
+
+
+def test_a_server_that_restarts_costs_retries_not_the_call(monkeypatch):
+    """Connection refused twice, then a read timeout, then an answer: the call succeeds after
+    backing off 0.25, 0.5, 1 s; a server down for good raises, and the bus calls that
+    transient (the message is requeued, not dead-lettered)."""
+    from mgrpo.bus.errors import is_transient
+    from mgrpo.retry import call_with_backoff
+
+    failures = [httpx.ConnectError("refused"), httpx.ConnectError("refused"),
+                httpx.ReadTimeout("slow")]
+    body = {"choices": [{"text": "ok", "finish_reason": "stop",
+                         "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]}}]}
+
+    def handler(request):
+        if failures:
+            raise failures.pop(0)
+        return httpx.Response(200, json=body)
+
+    waits: list[float] = []
+    remote = RemoteEngine("http://judge:8000")
+    remote.client = httpx.Client(base_url="http://judge:8000",
+                                 transport=httpx.MockTransport(handler))
+    monkeypatch.setattr("mgrpo.retry._sleep", waits.append)
+    (out,) = remote.generate([GenerationRequest([1, 2], SamplingParams(max_new_tokens=1))])
+    assert out.completion_ids == [7] and waits == [0.25, 0.5, 1.0]
+
+    def down():
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(httpx.ConnectError) as caught:
+        call_with_backoff(down, attempts=3, sleep=waits.append)
+    assert is_transient(caught.value) and waits[-2:] == [0.25, 0.5]
+    assert is_transient(httpx.ReadTimeout("slow"))
+    assert not is_transient(RemoteEngineError("POST -> 400"))
