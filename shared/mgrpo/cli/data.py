@@ -81,6 +81,12 @@ def _executor(sandbox_url: str | None):
     return LocalSandbox()
 
 
+INSTEAD_OF_DEMOS = ("write SFT transcripts for your task (format: docs/protocol.md, 'SFT "
+                    "transcripts'; e.g. from a stronger model's correct answers) and run `mgrpo "
+                    "sft` on them, or skip the warm start and train from an instruct model "
+                    "(docs/extending.md)")
+
+
 @app.command()
 def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data build)"),
           out: Path = typer.Option(..., help="folder for {agent}.jsonl and summary.json"),
@@ -92,10 +98,15 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
           seed: int = typer.Option(0, help="seeds question order and error draws"),
           sandbox_url: str | None = typer.Option(None, envvar="MGRPO_SANDBOX_URL",
                                                  help="sandbox service; unset: in-process"),
+          min_accuracy: float = typer.Option(
+              0.5, min=0.0, max=1.0, help="refuse (write nothing) when the experts answer "
+              "fewer of the questions without injected errors correctly; 0: never refuse"),
           ) -> None:
-    """Run the scripted experts and write SFT transcripts per agent."""
+    """Run the scripted experts and write SFT transcripts per agent (built-in tasks only:
+    on a benchmark the experts cannot solve it refuses and says what to do instead)."""
+    from mgrpo.cli.errors import UserError
     from mgrpo.envs import load_benchmark
-    from mgrpo.envs.demos import write_demos
+    from mgrpo.envs.demos import ExpertsCannotSolve, write_demos
     from mgrpo.envs.experts import ExpertErrors
     from mgrpo.tools import build_tool
 
@@ -104,10 +115,16 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--error-rate") from None
     benchmark = load_benchmark(bench)
+    if not len(benchmark.corpus):
+        raise UserError(f"{bench} has no documents: the scripted experts answer by searching "
+                        "them, so they cannot solve it", INSTEAD_OF_DEMOS)
     tools = {"searcher": build_tool("search", corpus=benchmark.corpus),
              "coder": build_tool("python", executor=_executor(sandbox_url))}
-    summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage, seed=seed,
-                          progress=True)
+    try:
+        summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage,
+                              seed=seed, progress=True, min_accuracy=min_accuracy or None)
+    except ExpertsCannotSolve as exc:
+        raise UserError(str(exc), INSTEAD_OF_DEMOS) from None
     typer.echo(f"{summary['episodes']} episodes, expert accuracy {summary['accuracy']:.3f}, "
                f"records {summary['records']} -> {out}")
     for key, stat in summary["errors"].items():

@@ -10,6 +10,11 @@ Line format (what ``mgrpo.models.sft`` reads), keys sorted::
 Also ``{out}/summary.json``: episodes, expert accuracy, and each error type's count and the
 number of chances it had (its realised rate is count / chances).
 
+The scripted experts know only the built-in benchmark's tasks (look-ups in its documents,
+arithmetic). On other data they answer wrongly, and SFT on their transcripts teaches the
+planner to give up: with ``min_accuracy`` :func:`write_demos` refuses (writing nothing) when
+the experts' accuracy on the episodes without injected errors is below it.
+
 What this module does not do: decide error rates (the caller does) or train anything.
 """
 
@@ -46,18 +51,39 @@ def error_chances(episodes: list[EpisodeTranscript]) -> dict[str, dict[str, int]
     return dict(sorted(stats.items()))
 
 
+class ExpertsCannotSolve(ValueError):
+    """The scripted experts' accuracy on a benchmark is under the threshold."""
+
+
+def clean_accuracy(episodes: list[EpisodeTranscript]) -> tuple[float | None, int]:
+    """(accuracy, episodes) over the episodes without injected errors: what the experts can
+    do on this benchmark; (None, 0) when every episode had an injected error."""
+    clean = [ep for ep in episodes if not ep.errors]
+    return (sum(ep.correct for ep in clean) / len(clean) if clean else None), len(clean)
+
+
 def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertErrors,
                 n: int | None = None, split: str = "train", stage: int | None = None,
-                seed: int = 0, progress: bool = False) -> dict:
-    """Run the expert on ``n`` questions and write per-agent JSONL plus ``summary.json``."""
+                seed: int = 0, progress: bool = False,
+                min_accuracy: float | None = None) -> dict:
+    """Run the expert on ``n`` questions and write per-agent JSONL plus ``summary.json``.
+    ``min_accuracy``: raise :class:`ExpertsCannotSolve` (nothing written) when
+    :func:`clean_accuracy` is below it."""
     from mgrpo.progress import progress_bar
 
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     questions = pick_questions(bench, split, n, stage, seed)
     episodes = [run_expert_episode(q, tools, errors, rng)
                 for q in progress_bar(questions, desc="demos", enabled=progress)]
+    accuracy, judged = clean_accuracy(episodes)
+    if min_accuracy is not None and accuracy is not None and accuracy < min_accuracy:
+        raise ExpertsCannotSolve(
+            f"the scripted experts answer {accuracy:.0%} of {judged} {split} questions "
+            f"correctly (under {min_accuracy:.0%}): they know only the built-in benchmark's "
+            "tasks, and SFT on wrong demonstrations teaches the planner to give up; nothing "
+            "was written")
+    root.mkdir(parents=True, exist_ok=True)
     lines: dict[str, list[str]] = {}
     for ep in episodes:
         for record in ep.sft_records():
@@ -67,6 +93,7 @@ def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertEr
         (root / f"{agent}.jsonl").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     summary = {"episodes": len(episodes), "split": split, "stage": stage, "seed": seed,
                "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
+               "expert_accuracy": accuracy,
                "records": {a: len(r) for a, r in sorted(lines.items())},
                "errors": error_chances(episodes), "error_rates": errors.model_dump()}
     (root / "summary.json").write_text(json.dumps(summary, sort_keys=True, indent=1) + "\n",

@@ -46,3 +46,27 @@ def test_show_and_demos(tmp_path, small_bench):
     bad = runner.invoke(app, ["data", "demos", "--bench", str(tmp_path / "bench"), "--out",
                               str(tmp_path / "x"), "--error-rate", "planner.typo=1"])
     assert bad.exit_code != 0 and "KEY one of" in bad.output
+
+
+def test_demos_refuse_a_benchmark_the_experts_cannot_solve(tmp_path, small_bench):
+    """A user's questions over the built-in documents: the experts answer them wrongly, so
+    `data demos` refuses, writes nothing, and points at the transcript format instead."""
+    from mgrpo.envs.benchmark import Benchmark
+    from mgrpo.envs.questions import Question
+
+    questions = [Question(id=f"u{i}", question=f"Which poet wrote ode {i}?", answer=f"poet {i}")
+                 for i in range(12)]
+    Benchmark(questions, small_bench.corpus).save(tmp_path / "user")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["data", "demos", "--bench", str(tmp_path / "user"), "--out",
+                                  str(tmp_path / "demos")])
+    assert refused.exit_code == 1
+    assert "error: the scripted experts answer 0% of 12 train questions correctly (under " \
+        "50%)" in refused.output
+    assert "docs/protocol.md, 'SFT transcripts'" in refused.output
+    assert not (tmp_path / "demos").exists()
+    small_bench.save(tmp_path / "bench")  # the built-in benchmark: solved, written
+    made = runner.invoke(app, ["data", "demos", "--bench", str(tmp_path / "bench"), "--out",
+                               str(tmp_path / "ok"), "--n", "20"])
+    assert made.exit_code == 0, made.output
+    assert json.loads((tmp_path / "ok" / "summary.json").read_text())["expert_accuracy"] == 1.0
