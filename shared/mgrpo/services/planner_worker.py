@@ -206,8 +206,10 @@ class PlannerWorker:
         consume_batches(self.p.bus, self.p.queues.episodes, self.handle_batch,
                         consumer="planner-worker", batch_size=self.batch_size)
 
-    def handle_batch(self, messages: list) -> None:
-        store, began = self.p.store, time.perf_counter()
+    def handle_batch(self, messages: list) -> dict[int, str]:
+        """Play the batch's episode tasks; returns the refusals (``{position: reason}``, to
+        the dead-letter queue): a task whose round the store does not hold. Tasks of a
+        cancelled, failed or done round are acked without playing."""
         tasks: list[EpisodeTask] = []
         for task in messages:
             if isinstance(task, RoundCommand):
@@ -215,7 +217,17 @@ class PlannerWorker:
             if not isinstance(task, EpisodeTask):
                 raise TypeError(f"planner.episodes takes episode_task messages, got {task.kind!r}")
             tasks.append(task)
+        store = self.p.store
         records = {rid: store.get_round(rid) for rid in dict.fromkeys(t.round_id for t in tasks)}
+        refused = {i: f"round {task.round_id!r} (run {task.run_id!r}) is not in the store; "
+                      "start rounds with POST /v1/rounds, or check MGRPO_DATABASE_URL"
+                   for i, task in enumerate(messages)
+                   if isinstance(task, EpisodeTask) and records[task.round_id] is None}
+        self._play_tasks([t for t in tasks if records[t.round_id] is not None], records)
+        return refused
+
+    def _play_tasks(self, tasks: list[EpisodeTask], records: dict) -> None:
+        store, began = self.p.store, time.perf_counter()
         configs: dict[str, RunConfig] = {  # round id -> the config its episodes run with
             rid: round_config(record.config, self.p.cfg) for rid, record in records.items()
             if record is not None and record.status not in ("cancelled", "failed", "done")}
