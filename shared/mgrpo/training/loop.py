@@ -33,6 +33,7 @@ from mgrpo.training.run_state import (  # noqa: F401 - re-exported
 )
 from mgrpo.training.scoring import d_counts
 from mgrpo.training.stages import (  # noqa: F401 - re-exported
+    clear_pools,
     filter_round_id,
     hard_questions,
     stage_at,
@@ -201,6 +202,8 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     store.upgrade()
     store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
     done = start_weights(system, resume)
+    if done == 0:  # new weights: a stored filter pool of an earlier start is not this run's
+        clear_pools(cfg, cfg.name)
     result = RunResult(out_dir=Path(cfg.out_dir))
     test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
     if done == 0:

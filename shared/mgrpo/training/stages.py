@@ -1,8 +1,18 @@
 """The stages of a run: which stage each round belongs to, and a stage's training pool
-(difficulty-filtered when the stage says so, SPEC 1.6)."""
+(difficulty-filtered when the stage says so, SPEC 1.6).
+
+A filtered pool is stored (``<out_dir>/pools/<run>-stage<i>.json``: the kept question ids and
+the filter's settings) when it is first computed and read back afterwards, so an embedded
+run resumed mid-stage trains on the pool the uninterrupted run chose, not on one re-filtered
+by the resumed weights. A fresh run (no completed round) clears its stored pools first
+(:func:`clear_pools`)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from mgrpo.atomic import write_text_atomic
 from mgrpo.training.config import RunConfig
 from mgrpo.training.rounds import collect, score
 from mgrpo.training.system import System
@@ -45,15 +55,38 @@ def hard_questions(pool: list, correct: list[tuple[str, float]], max_success: fl
     return kept or pool
 
 
+def pool_path(cfg: RunConfig, run_id: str, stage_index: int) -> Path:
+    return Path(cfg.out_dir) / "pools" / f"{run_id}-stage{stage_index}.json"
+
+
+def clear_pools(cfg: RunConfig, run_id: str) -> None:
+    """Forget run ``run_id``'s stored pools (a fresh start: its weights are new)."""
+    for path in (Path(cfg.out_dir) / "pools").glob(f"{run_id}-stage*.json"):
+        path.unlink(missing_ok=True)
+
+
 def stage_pool(system: System, stage_index: int, run_id: str | None = None) -> list:
     """Training questions of a stage, difficulty-filtered when ``max_success`` < 1 (SPEC
-    1.6): keep queries the current system solves less often than the threshold. The
+    1.6): keep queries the system at the start of the stage solves less often than the
+    threshold; stored, and reused when the stage's pool is asked for again (a resume). The
     distributed path (``mgrpo.services.rounds``) plays the same episodes as a filter round."""
     stage = system.cfg.stages[stage_index]
     pool = system.bench.questions("train", stage=stage.stage)
     if stage.max_success >= 1.0:
         return pool
-    episodes = collect(system, filter_round_id(run_id or system.cfg.name, stage_index), pool,
+    run_id = run_id or system.cfg.name
+    path = pool_path(system.cfg, run_id, stage_index)
+    settings = {"stage": stage.stage, "max_success": stage.max_success,
+                "filter_samples": stage.filter_samples}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        by_id = {q.id: q for q in pool}
+        if saved.get("settings") == settings and all(i in by_id for i in saved["ids"]):
+            return [by_id[i] for i in saved["ids"]]
+    episodes = collect(system, filter_round_id(run_id, stage_index), pool,
                        k=stage.filter_samples, seed=system.cfg.seed)
     outcomes = score(system, episodes)
-    return hard_questions(pool, [(o.query_id, o.correct) for o in outcomes], stage.max_success)
+    kept = hard_questions(pool, [(o.query_id, o.correct) for o in outcomes], stage.max_success)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({"settings": settings, "ids": [q.id for q in kept]}))
+    return kept

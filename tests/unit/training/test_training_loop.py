@@ -145,3 +145,27 @@ def test_runs_in_one_out_dir_keep_their_own_checkpoints(tmp_path, tiny_dir, benc
     state_w, _ = load_checkpoint(str(tmp_path / "elsewhere" / "run" / "checkpoints" / "away"),
                                  "planner", 1)
     assert _max_diff(state_w, state_a) < 0.1
+
+
+def test_a_resumed_run_reuses_the_stored_filter_pool(tmp_path, tiny_dir, bench_dir):
+    """The difficulty filter runs once per stage and run; asked again (a resume), the stage
+    gets the stored pool without playing the filter episodes with the resumed weights."""
+    from mgrpo.training.stages import clear_pools, pool_path, stage_pool
+    from mgrpo.training.system import build_system
+
+    cfg = RunConfig.model_validate(run_config_dict(
+        tmp_path, tiny_dir, bench_dir, stages=[{"stage": 1, "rounds": 1, "max_success": 0.5,
+                                                "filter_samples": 1}]))
+    system = build_system(cfg)
+    first = stage_pool(system, 0)
+    assert pool_path(cfg, cfg.name, 0).exists()
+
+    class NoEpisodes:
+        def run(self, jobs, greedy=False):
+            raise AssertionError("the filter was played again")
+
+    system.runner = lambda greedy=False: NoEpisodes()
+    assert [q.id for q in stage_pool(system, 0)] == [q.id for q in first]
+    clear_pools(cfg, cfg.name)  # a fresh start forgets it
+    with pytest.raises(AssertionError, match="played again"):
+        stage_pool(system, 0)
