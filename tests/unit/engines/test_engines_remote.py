@@ -229,3 +229,18 @@ def test_a_server_that_restarts_costs_retries_not_the_call(monkeypatch):
     assert is_transient(caught.value) and waits[-2:] == [0.25, 0.5]
     assert is_transient(httpx.ReadTimeout("slow"))
     assert not is_transient(RemoteEngineError("POST -> 400"))
+
+
+def test_a_server_answering_503_is_a_transient_error():
+    """A server starting or overloaded (503): the services requeue the batch
+    (mgrpo.bus.errors.is_transient) instead of dead-lettering it."""
+    from mgrpo.bus.errors import is_transient
+    from mgrpo.engines.remote import RemoteEngineUnavailable
+
+    remote = RemoteEngine("http://vllm:8001")
+    remote.client = httpx.Client(base_url="http://vllm:8001", transport=httpx.MockTransport(
+        lambda request: httpx.Response(503, text="starting")))
+    with pytest.raises(RemoteEngineUnavailable, match="503") as caught:
+        remote.generate([GenerationRequest([1, 2], SamplingParams(max_new_tokens=2))])
+    assert is_transient(caught.value)
+    remote.close()
