@@ -10,7 +10,10 @@ silently 0.
 
 - :class:`RuleVerdicts` wraps ``RuleExpertJudge`` (ground truth from the benchmark).
 - :class:`LLMExpertJudge`: any engine (``mgrpo.engines``: in-process torch, vLLM, a remote
-  OpenAI-compatible server) asked a yes/no question from a prompt file, greedy.
+  OpenAI-compatible server) asked a yes/no question from a prompt file, greedy, through the
+  judge tokenizer's chat template when it has one; the judged text (task, result, the
+  sub-agent's tool observations as evidence) is escaped and capped, so a sub-agent cannot
+  close the quoted block or write the judge's reply.
 - :class:`FunctionExpertJudge`: a user's function ``(role, task, result) -> float`` named by
   import path (``judges: {role: {kind: "pkg.mod:function"}}``); a call that raises or returns
   anything but a number in [0, 1] is 0 with the status ``error`` (``{role}/judge_errors``).
@@ -23,6 +26,7 @@ judges from the run config), or weight r_expert into R_S (``mgrpo.algo.rewards``
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -67,17 +71,31 @@ class RuleVerdicts:
         return out
 
 
+def quote(text: str | None, cap: int) -> str:
+    """``text`` as data inside a prompt: at most ``cap`` characters (the cut said), and
+    ``& < >`` escaped so it cannot close a ``<tag>`` block of the prompt."""
+    text = text or ""
+    if len(text) > cap:
+        text = f"{text[:cap]} [... {len(text) - cap} more characters cut]"
+    return html.escape(text, quote=False)
+
+
 class LLMExpertJudge:
     """Ask ``engine`` whether ``result`` completes ``task``; yes -> 1.0, no -> 0.0, any other
     reply -> 0.0 counted as a parse failure (``parse_failures``, and the verdict's status).
 
     ``prompt_path``: a text file with the placeholders ``{task}`` and ``{result}`` (and
-    optionally ``{role}``). ``tokenizer`` (``encode(text, add_special_tokens=False)``) defaults to
-    ``engine.tokenizer``. Greedy, at most ``max_new_tokens`` tokens.
+    optionally ``{role}`` and ``{evidence}``: the sub-agent's tool observations). ``tokenizer``
+    (``encode(text, add_special_tokens=False)``) defaults to ``engine.tokenizer``; when it has
+    a chat template the prompt is its user message (``apply_chat_template``, generation prompt
+    added), as an instruction-tuned judge expects. Task, result and evidence are quoted
+    (:func:`quote`): escaped, the result capped at ``max_result_chars``, each observation at
+    ``max_result_chars // 2`` and all of them at ``max_result_chars``. Greedy, at most
+    ``max_new_tokens`` tokens.
     """
 
     def __init__(self, engine: Any, prompt_path: str | Path = DEFAULT_EXPERT_PROMPT,
-                 tokenizer: Any = None, max_new_tokens: int = 4):
+                 tokenizer: Any = None, max_new_tokens: int = 4, max_result_chars: int = 2000):
         self.engine = engine
         self.template = Path(prompt_path).read_text(encoding="utf-8")
         for field in ("{task}", "{result}"):
@@ -90,23 +108,43 @@ class LLMExpertJudge:
             raise ValueError("LLMExpertJudge needs a tokenizer: pass tokenizer=... or use an "
                              "engine with a .tokenizer attribute")
         self.max_new_tokens = max_new_tokens
+        self.max_result_chars = max_result_chars
         self.parse_failures = 0
 
-    def prompt(self, agent: str, task: str, result: str | None) -> str:
-        return self.template.format(role=agent, task=task or "", result=result or "")
+    def prompt(self, agent: str, task: str, result: str | None,
+               evidence: list[str] | None = None) -> str:
+        cap = self.max_result_chars
+        shown = "\n".join(f"- {quote(obs, cap // 2)}" for obs in evidence or []) or "(none)"
+        if len(shown) > cap:
+            shown = f"{shown[:cap]} [... {len(shown) - cap} more characters cut]"
+        return self.template.format(role=agent, task=quote(task, cap), result=quote(result, cap),
+                                    evidence=shown)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The judge model's input: ``text`` as the user turn of its chat template (with the
+        generation prompt) when the tokenizer has one, else the plain text."""
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys")
+                        else ids)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def judge(self, agent: str, task: str, result: str | None) -> float:
         return self.verdicts(agent, [(task, result)])[0].score
 
-    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]],
+                 evidence: list[list[str]] | None = None) -> list[Verdict]:
+        """``evidence``: per item, the sub-agent's tool observations (None: none shown)."""
         from mgrpo.engines.base import GenerationRequest, SamplingParams
 
         if not items:
             return []
         params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
-        requests = [GenerationRequest(list(self.tokenizer.encode(
-            self.prompt(agent, task, result), add_special_tokens=False)), params)
-            for task, result in items]
+        evidence = evidence or [[] for _ in items]
+        requests = [GenerationRequest(self.prompt_ids(self.prompt(agent, task, result, seen)),
+                                      params)
+                    for (task, result), seen in zip(items, evidence, strict=True)]
         out = []
         for completion in self.engine.generate(requests):
             score = parse_yes_no(completion.text)
@@ -168,5 +206,10 @@ class ExpertJudges:
     def judge(self, agent: str, task: str, result: str | None) -> float:
         return self.for_role(agent).judge(agent, task, result)
 
-    def verdicts(self, agent: str, items: list[tuple[str, str | None]]) -> list[Verdict]:
-        return self.for_role(agent).verdicts(agent, items)
+    def verdicts(self, agent: str, items: list[tuple[str, str | None]],
+                 evidence: list[list[str]] | None = None) -> list[Verdict]:
+        """``evidence`` (tool observations per item) reaches the judges that show it."""
+        judge = self.for_role(agent)
+        if evidence is not None and isinstance(judge, LLMExpertJudge):
+            return judge.verdicts(agent, items, evidence=evidence)
+        return judge.verdicts(agent, items)

@@ -166,9 +166,15 @@ class JudgeConfig(StrictModel):
         "docs/models.md, or mgrpo.engines.openai_server) that serves `model`; the tokenizer "
         "is read from models.<model>.path. None: the model runs in the trainer's process.")
     prompt: str | None = Field(
-        None, description="llm: prompt file with {task}, {result} (and optionally {role}); "
-        "None = mgrpo/envs/prompts/llm_expert_judge.txt.")
+        None, description="llm: prompt file with {task}, {result} (and optionally {role}, "
+        "{evidence}: the sub-agent's tool observations); None = "
+        "mgrpo/envs/prompts/llm_expert_judge.txt. Sent as the user turn of the judge "
+        "tokenizer's chat template when it has one; task, result and evidence are escaped "
+        "(& < >) and capped.")
     max_new_tokens: int = Field(4, ge=1)
+    max_result_chars: int = Field(
+        2000, ge=16, description="llm: the longest result shown to the judge (longer ones "
+        "are cut, the cut said); each observation gets half, all of them together this.")
 
 
 class LLMVerifierConfig(StrictModel):

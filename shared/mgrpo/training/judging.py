@@ -72,7 +72,8 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
             loaded[key] = _judge_engine(cfg, judge, engines or {}, device)
         engine, tokenizer = loaded[key]
         by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
-                                       tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens)
+                                       tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
+                                       max_result_chars=judge.max_result_chars)
     return ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
 
 

@@ -19,7 +19,7 @@ from mgrpo.algo import (
     subagent_advantages,
     subagent_reward,
 )
-from mgrpo.envs.judges import Verdict
+from mgrpo.envs.judges import ExpertJudges, LLMExpertJudge, Verdict
 from mgrpo.store.records import DCount
 from mgrpo.store.records import PlannerOutcomeIn as PlannerOutcome
 from mgrpo.training.config import RunConfig
@@ -72,7 +72,12 @@ def expert_verdicts(trajs: list[Trajectory], judge) -> list[Verdict]:
     out: list[Verdict | None] = [None] * len(trajs)
     for agent in dict.fromkeys(t.agent for t in trajs):
         idx = [i for i, t in enumerate(trajs) if t.agent == agent]
-        found = batched(agent, [(trajs[i].subtask or "", trajs[i].result or "") for i in idx])
+        pairs = [(trajs[i].subtask or "", trajs[i].result or "") for i in idx]
+        if isinstance(judge, ExpertJudges | LLMExpertJudge):  # they show the evidence
+            found = batched(agent, pairs, evidence=[
+                list(trajs[i].extra.get("observations", [])) for i in idx])
+        else:
+            found = batched(agent, pairs)
         for i, verdict in zip(idx, found, strict=True):
             out[i] = verdict
     return out  # type: ignore[return-value]

@@ -93,7 +93,9 @@ def _outcome(runtime: AgentRuntime, state: _CallState, max_turns: int) -> Subage
         agent=runtime.role, model=runtime.model, invocation=call.invocation,
         weights_version=runtime.engine.version, input_ids=state.ctx.ids,
         response_mask=state.ctx.mask, old_logprobs=state.ctx.logprobs, format_ok=format_ok,
-        subtask=call.task, result=state.result)
+        subtask=call.task, result=state.result,
+        # the LLM judge's evidence (mgrpo.envs.judges): what the tools returned to this call
+        extra={"observations": [str(step["observation"]) for step in state.trace]})
     result = state.result if state.result is not None else FAILED_RESULT
     trace = [{"agent": runtime.role, "task": call.task, "result": result,
               "format_ok": format_ok, "steps": state.trace, "raw": state.last_raw}]
