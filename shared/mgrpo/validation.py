@@ -16,7 +16,7 @@ the test harness share that prefix).
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -27,16 +27,25 @@ def nearest(key: str, valid: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def unknown_key_message(key: str, valid: list[str]) -> str:
+def unknown_key_message(key: str, valid: list[str],
+                        aliases: dict[str, tuple[str, str]] | None = None) -> str:
+    """``unknown key 'K' (...)``: another library's name for an option gets ours by name
+    (``aliases``: foreign name -> (our key, whose name it is)), a typo the nearest key."""
+    if aliases and key in aliases:
+        ours, origin = aliases[key]
+        return f"unknown key '{key}' ({origin}'s {key} is '{ours}' here)"
     guess = nearest(key, valid)
     hint = f"did you mean '{guess}'?" if guess else f"valid keys: {', '.join(sorted(valid))}"
     return f"unknown key '{key}' ({hint})"
 
 
 class StrictModel(BaseModel):
-    """A pydantic model that refuses unknown keys with a did-you-mean suggestion."""
+    """A pydantic model that refuses unknown keys with a did-you-mean suggestion.
+    ``key_aliases`` (a class attribute): other libraries' names of its options (TRL's
+    ``learning_rate`` for ``lr``), named in the error as what they are here."""
 
     model_config = ConfigDict(extra="forbid")
+    key_aliases: ClassVar[dict[str, tuple[str, str]]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -45,7 +54,8 @@ class StrictModel(BaseModel):
             valid = list(cls.model_fields)
             unknown = [k for k in data if isinstance(k, str) and k not in cls.model_fields]
             if unknown:
-                raise ValueError("; ".join(unknown_key_message(k, valid) for k in unknown))
+                raise ValueError("; ".join(unknown_key_message(k, valid, cls.key_aliases)
+                                           for k in unknown))
         return data
 
 

@@ -37,8 +37,9 @@ def describe(exc: BaseException) -> tuple[str, str]:
     from pydantic import ValidationError
 
     from mgrpo.plugins import PluginError
+    from mgrpo.training.config_files import ConfigFileError
 
-    if isinstance(exc, UserError):
+    if isinstance(exc, UserError | ConfigFileError):
         return str(exc), exc.hint
     if isinstance(exc, PluginError):
         return str(exc), "plug-ins and import paths: docs/extending.md"

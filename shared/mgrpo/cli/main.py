@@ -10,7 +10,7 @@ import os
 
 import typer
 
-from mgrpo.cli import data, db, dlq, models, run, serve, sft, ui, up
+from mgrpo.cli import config_check, data, db, dlq, models, run, serve, sft, ui, up
 from mgrpo.cli.errors import ErrorReportingGroup
 
 app = typer.Typer(
@@ -37,6 +37,8 @@ app.add_typer(data.app, name="data", help="Build the benchmark and demonstration
 app.add_typer(serve.app, name="serve",
               help="Run one service (planner, subagent, trainer, sandbox).")
 app.add_typer(db.app, name="db", help="Stats-store migrations.")
+app.add_typer(config_check.app, name="config",
+              help="Check a config file (its kind, its options, its paths).")
 app.add_typer(dlq.app, name="dlq", help="List and replay the dead-letter queue.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
 app.command("sft")(sft.sft)

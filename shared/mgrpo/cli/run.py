@@ -14,16 +14,30 @@ import typer
 
 
 def _parse_overrides(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` options as {dotted key: value}, each value read as YAML."""
+    from mgrpo.training.config_files import parse_set_value
+
     out = {}
     for item in items:
         if "=" not in item:
             raise typer.BadParameter(f"--set {item!r}: expected key=value, e.g. k=4")
         key, value = item.split("=", 1)
         try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
+            out[key.strip()] = parse_set_value(value)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--set {item!r}: {exc}") from None
     return out
+
+
+def _with_rounds(cfg, rounds: int | None):
+    """``--rounds N``: the config's stages cut or stretched to N rounds in all."""
+    if rounds is None:
+        return cfg
+    from mgrpo.training.config import StageConfig
+    from mgrpo.training.config_files import with_rounds
+
+    stages = with_rounds([s.model_dump() for s in cfg.stages], rounds)
+    return cfg.model_copy(update={"stages": [StageConfig.model_validate(s) for s in stages]})
 
 
 def set_quiet(quiet: bool) -> None:
@@ -57,7 +71,15 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
                                       help="YAML run config (docs/configuration.md)."),
           resume: bool = typer.Option(False, help="Continue from the last complete round."),
           overwrite: bool = typer.Option(False, help="Delete a non-empty out_dir first."),
-          set_: list[str] = typer.Option([], "--set", help="Override, e.g. --set k=4"),
+          set_: list[str] = typer.Option(
+              [], "--set", help="Override KEY=VALUE (a YAML value; dotted and indexed keys), "
+              "e.g. --set k=4 --set stages.0.rounds=2"),
+          rounds: int | None = typer.Option(
+              None, "--rounds", min=1, help="Train N rounds in all: the stages in order, the "
+              "one N falls in shortened, later ones dropped (more than planned: the last "
+              "stage longer). One round = B queries x K rollouts, one update per model."),
+          steps: int | None = typer.Option(
+              None, "--steps", hidden=True, help="Refused with a pointer to --rounds."),
           log_every: int = typer.Option(
               1, "--log-every", min=1, help="A log line on stderr every N rounds (and the "
               "last), whatever stderr is (docs/metrics.md, \"Log lines\")."),
@@ -73,8 +95,12 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.training.numerics import pin
     from mgrpo.training.plots import plot_run
 
+    if steps is not None:
+        raise typer.BadParameter(
+            "mgrpo counts rounds, not optimizer steps: a round makes models.<m>.mini_batches "
+            f"steps per model (1 by default); use --rounds {steps}", param_hint="--steps")
     set_quiet(quiet)
-    cfg = load_run_config(config, _parse_overrides(set_))
+    cfg = _with_rounds(load_run_config(config, _parse_overrides(set_)), rounds)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume, log_every=log_every)
@@ -219,17 +245,34 @@ def demo_config(out: Path, seed: int, rounds: int | None, config: Path | None,
                 set_: list[str]):
     """`mgrpo demo`'s options as a validated DemoConfig (``--set`` adds to the file's
     ``run_set``)."""
-    import yaml
-
-    from mgrpo.training.demo import DemoConfig
-
-    fields = yaml.safe_load(config.read_text()) if config else {}
+    fields = read_demo_config(config)
     fields.update({"out_dir": str(out), "seed": seed})
     if rounds is not None:
         fields["rounds"] = rounds
     if set_:
         fields["run_set"] = {**fields.get("run_set", {}), **_parse_overrides(set_)}
-    return DemoConfig.model_validate(fields)
+    return validate_demo_config(config, fields)
+
+
+def read_demo_config(config: Path | None) -> dict:
+    from mgrpo.training.config_files import read_yaml
+
+    return read_yaml(config) if config else {}
+
+
+def validate_demo_config(config: Path | None, fields: dict):
+    """A DemoConfig of ``fields`` (read from ``config``); a run config is refused as one."""
+    from pydantic import ValidationError
+
+    from mgrpo.training.config_files import wrong_kind
+    from mgrpo.training.demo import DemoConfig
+
+    try:
+        return DemoConfig.model_validate(fields)
+    except ValidationError:
+        if config is not None and (error := wrong_kind(config, fields, "demo")) is not None:
+            raise error from None
+        raise
 
 
 def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
@@ -250,16 +293,12 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
            ) -> None:
     """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds."""
     from mgrpo.training.ablate import AblateConfig, run_ablation
-    from mgrpo.training.demo import DemoConfig
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise typer.BadParameter(f"--seeds {seeds!r}: expected integers like 0,1,2") from None
-    import yaml
-
-    fields = yaml.safe_load(config.read_text()) if config else {}
-    demo = DemoConfig.model_validate({**fields, "out_dir": str(demo_dir)})
+    demo = validate_demo_config(config, {**read_demo_config(config), "out_dir": str(demo_dir)})
     run_ablation(AblateConfig(out_dir=str(out), seeds=seed_list, rounds=rounds, demo=demo,
                               variants=[v.strip() for v in variants.split(",") if v.strip()],
                               results_md=str(results) if results else None))

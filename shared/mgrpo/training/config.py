@@ -8,13 +8,13 @@ Process settings (URLs, tokens, devices) are not here: see ``mgrpo.config.Settin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-import yaml
 from pydantic import Field, model_validator
 
 from mgrpo.algo.kl import KL_LOSS_ESTIMATORS
 from mgrpo.models.lora import LoraSpec
+from mgrpo.training import aliases
 from mgrpo.validation import StrictModel
 
 Algorithm = Literal["mgrpo", "at_grpo", "grpo"]
@@ -32,6 +32,8 @@ class LossConfig(StrictModel):
     """SPEC 1.4. ``agg``: token-mean (DAPO, default) weighs every token equally;
     seq-mean-token-mean (original GRPO) weighs every sequence equally, so short answers pull
     harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of both."""
+
+    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.LOSS
 
     eps_low: float = Field(0.2, gt=0)
     eps_high: float = Field(0.28, gt=0)
@@ -84,6 +86,8 @@ class LossConfig(StrictModel):
 class ModelConfig(StrictModel):
     """One trainable model. Several agents may share one model (``agents`` mapping)."""
 
+    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.MODEL
+
     path: str = Field(description="Local HF folder (or checkpoint) to start from.")
     lr: float = Field(2e-4, gt=0, description="Adam lr. Calibrated: 2e-4 stable on tiny "
                       "models; 5e-4 collapsed (SPEC 3).")
@@ -119,6 +123,8 @@ class SamplingConfig(StrictModel):
     """How training rollouts are sampled. The trainer trains ``softmax(logits / temperature)``,
     the distribution the engine samples from; top-p / top-k truncation is refused because
     the trainer cannot put the tokens outside the kept set back (no correction exists)."""
+
+    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.SAMPLING
 
     temperature: float = Field(1.0, gt=0, description="> 0; greedy is for evaluation only.")
     top_p: float = 1.0
@@ -207,6 +213,8 @@ class InitFrom(StrictModel):
 
 
 class RunConfig(StrictModel):
+    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.RUN
+
     name: str = Field("run", pattern=RUN_ID_PATTERN,
                       description="Run id: checkpoints are kept per run, under this name.")
     init_from: InitFrom | None = Field(
@@ -405,22 +413,67 @@ def check_plugin_specs(cfg: RunConfig) -> None:
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
-    """Read a YAML run config; ``overrides`` (dotted keys) win over the file."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a YAML mapping of options, got {type(data).__name__}")
-    return RunConfig.model_validate(apply_overrides(data, overrides or {}))
+    """Read a YAML run config; ``overrides`` (dotted keys) win over the file. A syntax error
+    names the file; a demo config is refused as one (``mgrpo demo`` takes it)."""
+    from pydantic import ValidationError
+
+    from mgrpo.training.config_files import read_yaml, wrong_kind
+
+    data = read_yaml(path)
+    try:
+        return RunConfig.model_validate(apply_overrides(data, overrides or {}))
+    except ValidationError:
+        if (error := wrong_kind(path, data, "run")) is not None:
+            raise error from None
+        raise
 
 
 def apply_overrides(data: dict, overrides: dict) -> dict:
     """``data`` (a run config's fields, changed in place and returned) with ``overrides``
-    set: dotted keys (``loss.rollout_is``) reach into sections, as ``--set`` does."""
+    set: dotted keys (``loss.rollout_is``) reach into sections, as ``--set`` does, and an
+    integer reaches into a list (``stages.0.rounds``; the list's length appends an entry).
+    A list the data does not hold yet starts as the run config's default."""
     for dotted, value in overrides.items():
-        node = data
+        node: dict | list = data
         *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
+        for depth, key in enumerate(parents):
+            missing = _missing_default(parents[:depth + 1])
+            if isinstance(node, list):
+                index = _list_index(dotted, key, node, allow_append=True)
+                if index == len(node):
+                    node.append({})
+                node = node[index]
+            else:
+                if key not in node:
+                    node[key] = missing
+                node = node[key]
+            if not isinstance(node, dict | list):
                 raise ValueError(f"--set {dotted}: {key!r} is not a section (it is {node!r})")
-        node[leaf] = value
+        if isinstance(node, list):
+            index = _list_index(dotted, leaf, node, allow_append=True)
+            node[index:index + 1] = [value]
+        else:
+            node[leaf] = value
     return data
+
+
+def _list_index(dotted: str, key: str, items: list, allow_append: bool) -> int:
+    if not key.isdigit():
+        raise ValueError(f"--set {dotted}: {key!r} is not an index of a list of "
+                         f"{len(items)} (use 0..{len(items) - 1}, e.g. stages.0.rounds)")
+    index = int(key)
+    if index > len(items) or (index == len(items) and not allow_append):
+        raise ValueError(f"--set {dotted}: index {index} is past the end of a list of "
+                         f"{len(items)} (use 0..{len(items)}, {len(items)} appends)")
+    return index
+
+
+def _missing_default(parents: list[str]) -> dict | list:
+    """What a section named by ``parents`` starts as when the data lacks it: the run
+    config's default for a list field (``stages``), else an empty mapping."""
+    if len(parents) == 1 and parents[0] in RunConfig.model_fields:
+        default = RunConfig.model_fields[parents[0]].get_default(call_default_factory=True)
+        if isinstance(default, list):
+            return [item.model_dump() if hasattr(item, "model_dump") else item
+                    for item in default]
+    return {}

@@ -1,0 +1,162 @@
+"""Config files as a user meets them: reading (a YAML error names the file), ``--set``
+values (YAML), ``--rounds``, which command a file belongs to, and ``mgrpo config check``.
+
+Two kinds of YAML file configure a run: a run config (:class:`~mgrpo.training.config.RunConfig`:
+``mgrpo train``, ``eval``, ``up`` and the services) and a demo config
+(:class:`~mgrpo.training.demo.DemoConfig`: ``mgrpo demo`` and ``mgrpo ablate``). Given to the
+wrong command, a file would be answered with one ``unknown key`` per option;
+:func:`wrong_kind` says which command it is for instead.
+
+What this module does NOT do: define options (``mgrpo.training.config``) or run anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be used as given: ``str()`` says what, ``hint`` the fix."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def read_yaml(path: str | Path) -> dict:
+    """The mapping of options in YAML file ``path`` (an empty file: {}). A syntax error
+    names the file, line and column; a file that is not a mapping is refused."""
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigFileError(f"{path}{where}: YAML syntax error: {problem}",
+                              "fix the YAML at that place (indentation, a ':' after each "
+                              "key, quotes around text with ': ' or '#')") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: expected a YAML mapping of options, got "
+                              f"{type(data).__name__}", "write one `key: value` per line")
+    return data
+
+
+def parse_set_value(text: str) -> Any:
+    """A ``--set KEY=VALUE`` value, read as YAML: ``4`` an int, ``[1, 2]`` a list,
+    ``{stage: 1, rounds: 2}`` a mapping, ``null`` None, anything else text. ``1e-3`` (text
+    to YAML 1.1) is a number, as a user means it."""
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ValueError(f"not a YAML value ({problem}); quote text that holds YAML "
+                         "syntax, e.g. --set 'name=\"a: b\"'") from None
+    if isinstance(value, str) and value == text.strip():
+        try:
+            number = json.loads(text)
+        except json.JSONDecodeError:
+            return value
+        return number if isinstance(number, int | float) else value
+    return value
+
+
+def with_rounds(stages: list[dict], rounds: int) -> list[dict]:
+    """The curriculum ``stages`` cut or stretched to ``rounds`` rounds in all (``--rounds``):
+    stages in order until the total is reached (the stage it falls in is shortened, later
+    ones dropped); more rounds than planned go to the last stage."""
+    if rounds < 1:
+        raise ValueError(f"--rounds {rounds}: give at least 1")
+    out, left = [], rounds
+    for stage in stages:
+        if left == 0:
+            break
+        take = min(int(stage.get("rounds", 10)), left)
+        out.append({**stage, "rounds": take})
+        left -= take
+    if left:
+        out[-1]["rounds"] += left
+    return out
+
+
+COMMANDS = {"run": "`mgrpo train --config FILE` (and eval, up, the services' MGRPO_RUN_CONFIG)",
+            "demo": "`mgrpo demo --config FILE` or `mgrpo ablate --config FILE`"}
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    from mgrpo.training.config import RunConfig
+    from mgrpo.training.demo import DemoConfig
+
+    return {"run": RunConfig, "demo": DemoConfig}
+
+
+def _unknown_keys(model: type[BaseModel], data: dict) -> int:
+    return sum(1 for k in data if k not in model.model_fields)
+
+
+def kind_of(data: dict) -> str | None:
+    """``run`` or ``demo``: the config kind whose top-level keys the file uses (the one with
+    fewer unknown keys); None on a tie (e.g. only keys both kinds have)."""
+    models = _models()
+    unknown = {kind: _unknown_keys(model, data) for kind, model in models.items()}
+    best = min(unknown, key=unknown.get)
+    if list(unknown.values()).count(unknown[best]) > 1:
+        return None
+    return best
+
+
+def wrong_kind(path: str | Path, data: dict, expected: str) -> ConfigFileError | None:
+    """The error for a file of another kind than ``expected`` (run or demo): it validates
+    as that other kind, or has fewer unknown keys as it; None when it is ``expected``'s."""
+    kind = kind_of(data)
+    if kind is None or kind == expected:
+        return None
+    use = COMMANDS[kind].replace("FILE", str(path))
+    return ConfigFileError(f"{path} is a {kind} config, not a {expected} config (its keys "
+                           f"are {_models()[kind].__name__}'s)", f"use it with {use}")
+
+
+def path_fields(kind: str, cfg: BaseModel) -> dict[str, str]:
+    """The options of a validated config that name files or folders that must exist
+    before it runs: {option: path}. Output folders (out_dir) are not among them."""
+    out: dict[str, str] = {}
+    if kind == "run":
+        for name, model in cfg.models.items():
+            out[f"models.{name}.path"] = model.path
+            if model.ref_path:
+                out[f"models.{name}.ref_path"] = model.ref_path
+        out["bench_dir"] = cfg.bench_dir
+        for role, judge in cfg.judges.items():
+            if judge.prompt:
+                out[f"judges.{role}.prompt"] = judge.prompt
+        llm = getattr(cfg, "verifier_llm", None)
+        if llm is not None and getattr(llm, "prompt", None):
+            out["verifier_llm.prompt"] = llm.prompt
+        if cfg.init_from is not None and cfg.init_from.out_dir:
+            out["init_from.out_dir"] = cfg.init_from.out_dir
+    return out
+
+
+def check_file(path: str | Path) -> tuple[str, list[str]]:
+    """``mgrpo config check``: (the file's kind, its problems): validation errors, then each
+    path option whose file or folder does not exist (relative to the current folder)."""
+    from mgrpo.validation import one_line
+
+    data = read_yaml(path)
+    kind = kind_of(data) or "run"
+    model = _models()[kind]
+    try:
+        cfg = model.model_validate(data)
+    except ValidationError as exc:
+        return kind, [one_line(exc)]
+    problems = [f"{option}: {value} does not exist"
+                for option, value in path_fields(kind, cfg).items()
+                if "://" not in value and not Path(value).exists()]
+    return kind, problems

@@ -1,0 +1,157 @@
+"""Config ergonomics: ``--set`` values are YAML, indexed keys reach into lists, ``train
+--rounds``, TRL's and verl's names answered with ours, ``mgrpo config check``, a YAML error
+names the file, and a file given to the wrong command says which command it is for. Before,
+``--set 'stages=[{stage: 1, rounds: 2}]'`` became a string (``Input should be a valid
+list``) and examples/demo_full.yaml given to ``train`` gave three ``unknown key`` errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from mgrpo.cli.main import app
+from mgrpo.cli.run import _parse_overrides, _with_rounds
+from mgrpo.training import aliases
+from mgrpo.training.config import load_run_config
+from mgrpo.training.config_files import ConfigFileError, check_file, with_rounds
+from mgrpo.validation import one_line
+
+ROOT = Path(__file__).resolve().parents[3]
+MODELS = {m: {"path": "/nowhere"} for m in ("planner", "searcher", "coder")}
+
+
+def _config(tmp_path, name="run.yaml", **extra):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"models": MODELS, "out_dir": str(tmp_path / "out"),
+                                    **extra}))
+    return path
+
+
+def test_set_values_are_yaml(tmp_path):
+    overrides = _parse_overrides(["stages=[{stage: 1, rounds: 2}, {stage: 2, rounds: 3}]",
+                                  "k=4", "models.planner.lr=1e-3", "eval_stage=null",
+                                  "name=run-7", "loss.dynamic_sampling=true"])
+    assert overrides["models.planner.lr"] == 1e-3  # YAML 1.1 reads 1e-3 as text
+    cfg = load_run_config(_config(tmp_path), overrides)
+    assert [(s.stage, s.rounds) for s in cfg.stages] == [(1, 2), (2, 3)]
+    assert (cfg.k, cfg.models["planner"].lr, cfg.eval_stage, cfg.name) == (4, 1e-3, None,
+                                                                            "run-7")
+    assert cfg.loss.dynamic_sampling is True
+
+
+def test_indexed_keys(tmp_path):
+    path = _config(tmp_path, stages=[{"stage": 1, "rounds": 5}, {"stage": 2, "rounds": 9}])
+    cfg = load_run_config(path, _parse_overrides(["stages.1.rounds=2",
+                                                  "stages.2={stage: 2, rounds: 1}"]))
+    assert [(s.stage, s.rounds) for s in cfg.stages] == [(1, 5), (2, 2), (2, 1)]
+    # no stages in the file: the default curriculum is the list indexed
+    plain = _config(tmp_path, "plain.yaml")
+    assert load_run_config(plain, {"stages.0.rounds": 2}).stages[0].rounds == 2
+    with pytest.raises(ValueError, match=r"--set stages.5.rounds: index 5 is past the end"):
+        load_run_config(path, {"stages.5.rounds": 2})
+    with pytest.raises(ValueError, match=r"'first' is not an index of a list of 2"):
+        load_run_config(path, {"stages.first.rounds": 2})
+
+
+def test_rounds_cut_or_stretch_the_curriculum(tmp_path):
+    stages = [{"stage": 1, "rounds": 10}, {"stage": 2, "rounds": 40}]
+    assert with_rounds(stages, 2) == [{"stage": 1, "rounds": 2}]
+    assert with_rounds(stages, 15) == [{"stage": 1, "rounds": 10}, {"stage": 2, "rounds": 5}]
+    assert with_rounds(stages, 60) == [{"stage": 1, "rounds": 10}, {"stage": 2, "rounds": 50}]
+    cfg = _with_rounds(load_run_config(_config(tmp_path, stages=stages)), 3)
+    assert [(s.stage, s.rounds) for s in cfg.stages] == [(1, 3)]
+
+
+def test_train_steps_points_to_rounds(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--config", str(_config(tmp_path)),
+                                      "--steps", "5"])
+    assert result.exit_code != 0 and "use --rounds 5" in result.output
+
+
+@pytest.mark.parametrize(("extra", "where", "key", "ours", "origin"), [
+    ({"models": {**MODELS, "planner": {"path": "/x", "learning_rate": 1e-5}}},
+     "models.planner: ", "learning_rate", "lr", "TRL"),
+    ({"num_generations": 4}, "", "num_generations", "k", "TRL"),
+    ({"rollout": {"n": 4}}, "", "rollout", aliases.RUN["rollout"][0], "verl"),
+    ({"beta": 0.04}, "", "beta", "loss.kl_coef", "TRL"),
+    ({"loss": {"clip_ratio_low": 0.2}}, "loss: ", "clip_ratio_low", "eps_low", "verl"),
+    ({"epsilon": 0.2}, "", "epsilon", "loss.eps_low", "TRL"),
+    ({"max_completion_length": 64}, "", "max_completion_length", "sampling.max_new_tokens",
+     "TRL"),
+    ({"sampling": {"max_response_length": 64}}, "sampling: ", "max_response_length",
+     "max_new_tokens", "verl"),
+    ({"output_dir": "x"}, "", "output_dir", "out_dir", "TRL"),
+])
+def test_trl_and_verl_names_are_answered_with_ours(tmp_path, extra, where, key, ours, origin):
+    data = {"models": MODELS, **extra}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValidationError) as caught:
+        load_run_config(path)
+    assert one_line(caught.value) == (f"invalid RunConfig: {where}unknown key '{key}' "
+                                      f"({origin}'s {key} is '{ours}' here)")
+
+
+def test_the_rosetta_table_lists_every_alias():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    table = doc[doc.index("## Coming from TRL or verl"):]
+    for section in (aliases.RUN, aliases.MODEL, aliases.LOSS, aliases.SAMPLING):
+        for key in section:
+            assert f"`{key}`" in table, key
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("models:\n  planner: {path: x\nk: 4\n")
+    with pytest.raises(ConfigFileError, match=re.escape(f"{path}, line ")) as caught:
+        load_run_config(path)
+    assert "YAML syntax error" in str(caught.value) and "unicode string" not in str(caught.value)
+    result = CliRunner().invoke(app, ["train", "--config", str(path)])
+    assert result.exit_code == 1 and f"error: {path}, line" in result.output
+
+
+def test_a_demo_config_given_to_train_says_so():
+    demo = ROOT / "examples" / "demo_full.yaml"
+    with pytest.raises(ConfigFileError, match="is a demo config, not a run config") as caught:
+        load_run_config(demo)
+    assert f"mgrpo demo --config {demo}" in caught.value.hint
+    result = CliRunner().invoke(app, ["train", "--config", str(demo)])
+    assert result.exit_code == 1 and "is a demo config" in result.output
+    assert "unknown key" not in result.output
+
+
+def test_a_run_config_given_to_demo_says_so(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--config", str(_config(tmp_path)),
+                                      "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 1 and "is a run config, not a demo config" in result.output
+    assert "mgrpo train --config" in result.output
+    assert not (tmp_path / "demo").exists()
+
+
+def test_config_check(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    model = tmp_path / "model"
+    model.mkdir()
+    good = _config(tmp_path, models={m: {"path": str(model)} for m in MODELS},
+                   bench_dir=str(bench))
+    result = CliRunner().invoke(app, ["config", "check", str(good)])
+    assert result.exit_code == 0, result.output
+    assert f"{good}: ok, a run config for `mgrpo train --config {good}`" in result.output
+    kind, problems = check_file(ROOT / "examples" / "bring_your_own_model.yaml")
+    assert kind == "run" and "models.qwen.path: runs/models/qwen does not exist" in problems
+    missing = _config(tmp_path, "missing.yaml", bench_dir=str(tmp_path / "nobench"))
+    result = CliRunner().invoke(app, ["config", "check", str(missing)])
+    assert result.exit_code == 1
+    assert "models.planner.path: /nowhere does not exist" in result.output
+    assert f"bench_dir: {tmp_path / 'nobench'} does not exist" in result.output
+    kind, problems = check_file(ROOT / "examples" / "demo_full.yaml")
+    assert (kind, problems) == ("demo", [])
+    typo = _config(tmp_path, "typo.yaml", kk=4)
+    assert check_file(typo) == ("run", ["invalid RunConfig: unknown key 'kk' "
+                                        "(did you mean 'k'?)"])
