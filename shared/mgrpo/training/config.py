@@ -197,6 +197,7 @@ class LLMVerifierConfig(StrictModel):
 
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$"
+MAX_VERSION = 2**31 - 1  # a checkpoint version is a 32-bit integer column in the store
 
 
 class InitFrom(StrictModel):
@@ -206,7 +207,8 @@ class InitFrom(StrictModel):
 
     run_id: str = Field(pattern=RUN_ID_PATTERN, description="The run to start from.")
     version: int | None = Field(
-        None, ge=1, description="That run's checkpoint version (None: its newest).")
+        None, ge=1, le=MAX_VERSION, description="That run's checkpoint version (None: its "
+        "newest).")
     out_dir: str | None = Field(
         None, description="Embedded mode: the out_dir of that run (default: this run's). "
         "Distributed runs all live under MGRPO_CHECKPOINT_URI: leave it unset.")

@@ -6,7 +6,9 @@ The API runs on a real uvicorn (a thread of this test) against a fresh PostgreSQ
 workers on the in-memory bus, with the scripted policy. schemathesis runs as a subprocess
 from its own venv (``.venv-fuzz``, made by ``make tools``: its pins clash with ours), twice:
 with the bearer token (mutating endpoints reached) and without (every one refused). Bounded:
-a fixed seed and a few examples per operation, about a minute on the 2-core machine.
+a fixed seed and a few examples per operation, about a minute on the 2-core machine; the
+coverage phase sends every declared bound and one past it (the test checks it reached the
+store's 32-bit checkpoint version).
 """
 
 from __future__ import annotations
@@ -84,3 +86,20 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_status(api_url, 
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     events = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
     assert events, "schemathesis wrote no report"
+    # the coverage phase sends each declared bound and one past it: the store's 32-bit
+    # checkpoint version (init_from.version, a 500 before it had a maximum) among them
+    versions = [body["init_from"].get("version")
+                for body in _bodies(events, "POST /v1/rounds") if isinstance(body, dict)
+                and isinstance(body.get("init_from"), dict)]
+    versions = {v for v in versions if isinstance(v, int)}
+    assert {2**31 - 1, 2**31} <= versions, sorted(versions)
+
+
+def _bodies(events: list[dict], label: str) -> list:
+    """The request bodies schemathesis generated for one operation (its ndjson report)."""
+    out = []
+    for event in events:
+        recorder = event.get("ScenarioFinished", {}).get("recorder", {})
+        if recorder.get("label") == label:
+            out += [case["value"].get("body") for case in recorder.get("cases", {}).values()]
+    return out

@@ -108,3 +108,20 @@ def test_a_late_start_never_sets_a_finished_round_back_to_running(api):
     assert store.get_round(record.round_id).status == "cancelled"
     depths = _depths(broker, [queues.episodes])
     assert depths == {queues.episodes: 3 * 2}  # the first start's tasks only
+
+
+def test_init_from_version_beyond_the_store_integer_is_422_not_500(api):
+    """The version column is a 32-bit integer: 2^31 is refused by the schema (before: a 500,
+    ``NumericValueOutOfRange``, and the next request on the connection was reset); 2^31 - 1
+    reaches the store and is a 422 naming the missing version. The connection keeps
+    serving."""
+    base = api[0]
+    with httpx.Client(base_url=base, timeout=60,
+                      headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        for version, says in ((2**31, "less than or equal to 2147483647"),
+                              (2**31 - 1, "has no v2147483647")):
+            response = http.post("/v1/rounds", json={
+                "run_id": "fresh", "init_from": {"run_id": "race", "version": version}})
+            assert response.status_code == 422, response.text
+            assert says in response.text, response.text
+        assert http.get("/v1/rounds").status_code == 200
