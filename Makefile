@@ -1,4 +1,5 @@
-# Two commands from a fresh clone: `make test` and `make demo`. Each does its own set-up.
+# Two commands from a fresh clone: `make test` and `make demo`. Each does its own set-up;
+# `make setup` does only that set-up (the main venv), for using mgrpo without the test tiers.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -36,9 +37,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
+.PHONY: setup venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
 
 venv: $(STAMP)
+
+# The first step of the README: .venv with CPU torch, the locked dependencies and mgrpo
+# (editable). Then `. .venv/bin/activate` and `mgrpo --help`.
+setup: venv
+	@echo "ready: . $(VENV)/bin/activate && mgrpo --help"
 
 # torch first, pinned, so nothing later resolves an unpinned torch to the CUDA build.
 $(STAMP): pyproject.toml requirements.lock
