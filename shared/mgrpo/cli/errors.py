@@ -38,8 +38,9 @@ def describe(exc: BaseException) -> tuple[str, str]:
 
     from mgrpo.plugins import PluginError
     from mgrpo.training.config_files import ConfigFileError
+    from mgrpo.training.run_lock import RunFolderInUse
 
-    if isinstance(exc, UserError | ConfigFileError):
+    if isinstance(exc, UserError | ConfigFileError | RunFolderInUse):
         return str(exc), exc.hint
     if isinstance(exc, PluginError):
         return str(exc), "plug-ins and import paths: docs/extending.md"

@@ -48,12 +48,16 @@ def set_quiet(quiet: bool) -> None:
 
 def prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to train into a folder that holds anything unless told what to do with it:
-    appending silently mixed two runs' metrics, event files and checkpoints."""
+    appending silently mixed two runs' metrics, event files and checkpoints. A folder a
+    live run owns (its lock file) is refused whatever the options."""
     from mgrpo.cli.errors import UserError
+    from mgrpo.training.run_lock import refuse_if_in_use
 
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other",
                         "keep the run (--resume) or delete it (--overwrite), not both")
+    refuse_if_in_use(out_dir, "--resume" if resume else "--overwrite" if overwrite
+                     else "a new run")
     if resume or not out_dir.exists() or not any(out_dir.iterdir()):
         return
     if not overwrite:

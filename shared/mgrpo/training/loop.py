@@ -187,11 +187,22 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
                  stop_after: int | None = None, log_every: int = 1) -> RunResult:
     """Train per ``cfg`` in this process. ``stop_after`` ends early (tests of resume).
     ``progress``: the progress bar (on a terminal); ``log_every``: a log line on stderr
-    every N rounds (and the last), whatever stderr is (``MGRPO_QUIET=1``: none)."""
+    every N rounds (and the last), whatever stderr is (``MGRPO_QUIET=1``: none).
+
+    The run owns ``out_dir`` meanwhile (:mod:`mgrpo.training.run_lock`): a folder another
+    live process trains in is refused, and a start that fails before its first round is
+    committed leaves the folder as it found it."""
+    from mgrpo.training.run_lock import own_run_folder
+
+    with own_run_folder(Path(cfg.out_dir)):
+        return _run_training(cfg, resume, progress, stop_after, log_every)
+
+
+def _run_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
+                  log_every: int) -> RunResult:
     from mgrpo.store import Store
 
     started = time.perf_counter()
-    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     schedule = stage_schedule(cfg)
     logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
                            run_name=cfg.name, config=cfg.model_dump(mode="json"),
