@@ -50,7 +50,8 @@ def describe(exc: BaseException) -> tuple[str, str]:
         return one_line(exc), "the options are listed in docs/configuration.md"
     if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
         return _flat(f"{exc.strerror or 'not found'}: {exc.filename or exc}"), \
-            "check the path (relative paths start at the current folder)"
+            "check the path (relative paths in a config file start at the file's folder, " \
+            "on the command line at the current folder)"
     text = _flat(str(exc)) or type(exc).__name__
     return f"{type(exc).__name__}: {text}", DEBUG_HINT
 

@@ -415,13 +415,16 @@ def check_plugin_specs(cfg: RunConfig) -> None:
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
-    """Read a YAML run config; ``overrides`` (dotted keys) win over the file. A syntax error
-    names the file; a demo config is refused as one (``mgrpo demo`` takes it)."""
+    """Read a YAML run config; ``overrides`` (dotted keys) win over the file. Relative paths
+    in the file are relative to its folder (those in ``overrides`` to the current one). A
+    syntax error names the file; a demo config is refused as one (``mgrpo demo`` takes it)."""
     from pydantic import ValidationError
 
-    from mgrpo.training.config_files import read_yaml, wrong_kind
+    from mgrpo.training.config_files import read_yaml, resolve_paths, wrong_kind
 
     data = read_yaml(path)
+    if wrong_kind(path, data, "run") is None:
+        resolve_paths(data, path)
     try:
         return RunConfig.model_validate(apply_overrides(data, overrides or {}))
     except ValidationError:

@@ -49,6 +49,42 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+# The run config's options that name files or folders: (section path, key); "*" is every
+# entry of a mapping. A relative value in a file is relative to the file's folder.
+PATH_OPTIONS = ((("models", "*"), "path"), (("models", "*"), "ref_path"), ((), "bench_dir"),
+                ((), "out_dir"), (("judges", "*"), "prompt"), (("verifier_llm",), "prompt"),
+                (("init_from",), "out_dir"))
+
+
+def _is_relative(value: Any) -> bool:
+    return (isinstance(value, str) and bool(value) and "://" not in value
+            and not value.startswith("~") and not Path(value).is_absolute())
+
+
+def map_paths(data: dict, fn) -> dict:
+    """``data`` (a run config's raw fields, changed in place and returned) with ``fn``
+    applied to every relative path option (:data:`PATH_OPTIONS`)."""
+    for section, key in PATH_OPTIONS:
+        nodes = [data]
+        for part in section:
+            children = [c for n in nodes for c in (n.values() if part == "*" else [n.get(part)])]
+            nodes = [c for c in children if isinstance(c, dict)]
+        for node in nodes:
+            if _is_relative(node.get(key)):
+                node[key] = fn(node[key])
+    return data
+
+
+def resolve_paths(data: dict, config_file: str | Path) -> dict:
+    """Relative path options of a config file made relative to the file's folder (still
+    relative when the file's own path is: ``examples/run.yaml`` with ``../runs/bench`` gives
+    ``runs/bench``)."""
+    import os
+
+    folder = os.path.dirname(str(config_file))
+    return map_paths(data, lambda value: os.path.normpath(os.path.join(folder, value)))
+
+
 def parse_set_value(text: str) -> Any:
     """A ``--set KEY=VALUE`` value, read as YAML: ``4`` an int, ``[1, 2]`` a list,
     ``{stage: 1, rounds: 2}`` a mapping, ``null`` None, anything else text. ``1e-3`` (text
@@ -146,11 +182,13 @@ def path_fields(kind: str, cfg: BaseModel) -> dict[str, str]:
 
 def check_file(path: str | Path) -> tuple[str, list[str]]:
     """``mgrpo config check``: (the file's kind, its problems): validation errors, then each
-    path option whose file or folder does not exist (relative to the current folder)."""
+    path option whose file or folder does not exist (relative ones from the file's folder)."""
     from mgrpo.validation import one_line
 
     data = read_yaml(path)
     kind = kind_of(data) or "run"
+    if kind == "run":
+        resolve_paths(data, path)
     model = _models()[kind]
     try:
         cfg = model.model_validate(data)

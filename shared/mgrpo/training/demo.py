@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -259,6 +260,7 @@ def table(before: dict, after: dict) -> str:
 
 def run_demo(cfg: DemoConfig, log_every: int = 1) -> dict:
     from mgrpo.training.config import RunConfig
+    from mgrpo.training.config_files import map_paths
     from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import describe
@@ -267,8 +269,11 @@ def run_demo(cfg: DemoConfig, log_every: int = 1) -> dict:
     t0 = time.perf_counter()
     paths = prepare(cfg, t0)
     run_cfg = RunConfig.model_validate(run_config(cfg, paths))
-    Path(cfg.out_dir, "demo.yaml").write_text(
-        yaml.safe_dump(run_cfg.model_dump(mode="json"), sort_keys=False))
+    # Paths relative to demo.yaml's folder, as a config file's are read (`mgrpo eval
+    # --config runs/demo/demo.yaml` from anywhere).
+    Path(cfg.out_dir, "demo.yaml").write_text(yaml.safe_dump(map_paths(
+        run_cfg.model_dump(mode="json"), lambda p: os.path.relpath(p, cfg.out_dir)),
+        sort_keys=False))
     stale = {m: n for m in run_cfg.trained_models() if (n := run_cfg.staleness(m)) > 0}
     _stamp("M-GRPO co-training (embedded" + (f", asynchronous, max_staleness {stale}"
                                              if stale else "") + ")", t0)

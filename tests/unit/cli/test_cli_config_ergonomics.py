@@ -144,7 +144,8 @@ def test_config_check(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"{good}: ok, a run config for `mgrpo train --config {good}`" in result.output
     kind, problems = check_file(ROOT / "examples" / "bring_your_own_model.yaml")
-    assert kind == "run" and "models.qwen.path: runs/models/qwen does not exist" in problems
+    qwen = ROOT / "runs" / "models" / "qwen"
+    assert kind == "run" and f"models.qwen.path: {qwen} does not exist" in problems
     missing = _config(tmp_path, "missing.yaml", bench_dir=str(tmp_path / "nobench"))
     result = CliRunner().invoke(app, ["config", "check", str(missing)])
     assert result.exit_code == 1
@@ -155,3 +156,33 @@ def test_config_check(tmp_path):
     typo = _config(tmp_path, "typo.yaml", kk=4)
     assert check_file(typo) == ("run", ["invalid RunConfig: unknown key 'kk' "
                                         "(did you mean 'k'?)"])
+
+
+def test_relative_paths_start_at_the_config_files_folder(tmp_path, monkeypatch):
+    import os
+
+    from mgrpo.training.config_files import map_paths
+
+    (tmp_path / "configs").mkdir()
+    path = tmp_path / "configs" / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {"planner": {"path": "../models/p"}, "searcher": {"path": "/abs/s"},
+                   "coder": {"path": "models/c", "ref_path": "ref"}},
+        "bench_dir": "../bench", "out_dir": "out",
+        "judges": {"searcher": {"kind": "llm", "model": "planner", "prompt": "judge.txt"}}}))
+    monkeypatch.chdir(tmp_path)
+    cfg = load_run_config(Path("configs/run.yaml"), {"init_from.run_id": "a",
+                                                     "init_from.out_dir": "here"})
+    assert cfg.models["planner"].path == "models/p"
+    assert cfg.models["searcher"].path == "/abs/s"
+    assert (cfg.models["coder"].path, cfg.models["coder"].ref_path) == ("configs/models/c",
+                                                                        "configs/ref")
+    assert (cfg.bench_dir, cfg.out_dir) == ("bench", "configs/out")
+    assert cfg.judges["searcher"].prompt == "configs/judge.txt"
+    assert cfg.init_from.out_dir == "here"  # --set: from the current folder
+    assert load_run_config(path).bench_dir == str(tmp_path / "bench")  # an absolute file path
+    # what the demo writes into its folder reads back as the same paths
+    written = map_paths(cfg.model_dump(mode="json"), lambda p: os.path.relpath(p, "configs"))
+    (tmp_path / "configs" / "again.yaml").write_text(yaml.safe_dump(written))
+    again = load_run_config(Path("configs/again.yaml"))
+    assert (again.bench_dir, again.models["planner"].path) == ("bench", "models/p")
