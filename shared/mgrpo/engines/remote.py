@@ -15,7 +15,8 @@ The text keeps the protocol markers: requests ask for ``skip_special_tokens=fals
 ``include_stop_str_in_output=true`` (vLLM otherwise leaves out the stop token or stop string
 that ended a completion, and the agents' parsers need that closing marker). The first call
 checks that the server honours it (:meth:`RemoteEngine.check_stops_echoed`, a few greedy
-probes of the call's first prompt) and raises :class:`RemoteEngineError` if it does not, as
+probes of the call's first prompt; a prompt that cannot tell is retried on the next call, for
+at most ``STOP_PROBE_CALLS`` calls) and raises :class:`RemoteEngineError` if it does not, as
 does any completion whose ``stop_reason`` (vLLM's field) names a stop string missing from
 its text.
 
@@ -59,6 +60,7 @@ from mgrpo.retry import call_with_backoff
 
 PROBE_SEEDS = 4  # one-token probe pairs per undecided temperature and call
 PROBE_TOKENS = 4  # greedy tokens the stop-echo probe looks at
+STOP_PROBE_CALLS = 3  # calls that probe the stop echo until one can tell
 
 
 class RemoteEngineError(RuntimeError):
@@ -92,7 +94,7 @@ class RemoteEngine:
         self.max_concurrency = max_concurrency
         self.version = version
         self._checked_temperatures: set[float] = set()
-        self._stops_checked = False
+        self._stop_probes_left = STOP_PROBE_CALLS
 
     def _body(self, request: GenerationRequest) -> dict:
         p = request.params
@@ -205,8 +207,9 @@ class RemoteEngine:
                     "sample at temperature 1")
 
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        if requests and not self._stops_checked:
-            self._stops_checked = self.check_stops_echoed(list(requests[0].prompt_ids))
+        if requests and self._stop_probes_left > 0:
+            told = self.check_stops_echoed(list(requests[0].prompt_ids))
+            self._stop_probes_left = 0 if told else self._stop_probes_left - 1
         for temperature in {r.params.temperature for r in requests}:
             self._check_logprobs_mode(next(r for r in requests
                                            if r.params.temperature == temperature))

@@ -244,3 +244,28 @@ def test_a_server_answering_503_is_a_transient_error():
         remote.generate([GenerationRequest([1, 2], SamplingParams(max_new_tokens=2))])
     assert is_transient(caught.value)
     remote.close()
+
+
+def test_the_stop_probe_gives_up_after_calls_that_cannot_tell():
+    """A model whose greedy tokens never make whole characters cannot show whether the server
+    keeps stop text: the probe is retried on the next calls, STOP_PROBE_CALLS in all, not on
+    every call of the run."""
+    from mgrpo.engines.remote import STOP_PROBE_CALLS
+
+    bodies = []
+    answer = {"choices": [{"text": "", "finish_reason": "length", "logprobs": {
+        "tokens": ["token_id:7"], "token_logprobs": [-0.5]}}]}
+
+    def handler(request):
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=answer)
+
+    remote = RemoteEngine("http://engine:8001")
+    remote.client = httpx.Client(base_url="http://engine:8001",
+                                 transport=httpx.MockTransport(handler))
+    for _ in range(STOP_PROBE_CALLS + 2):
+        remote.generate([GenerationRequest([1, 2], SamplingParams(max_new_tokens=1))])
+    probes = [b for b in bodies if b["temperature"] == 0.0]
+    assert len(probes) == 2 * STOP_PROBE_CALLS  # 1 token, then 2 (the model stops at 1)
+    assert len(bodies) - len(probes) == STOP_PROBE_CALLS + 2
+    remote.close()
