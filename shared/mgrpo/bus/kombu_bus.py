@@ -214,33 +214,48 @@ class KombuBus:
         when given), as they are; returns the replayed ones. The others stay dead-lettered.
         A replayed message was never claimed, so its handler runs; one that is still bad
         comes back here with a fresh reason."""
+        return self.replay_report(limit, source)[0]
+
+    def replay_report(self, limit: int = 1000, source: str | None = None
+                      ) -> tuple[list[DeadLetter], list[DeadLetter], int]:
+        """:meth:`replay_dead_letters`, accounted for: (replayed, kept, letters in the queue
+        when the pass began). Every letter read is replayed or kept; ``limit`` below that
+        count leaves the rest unread."""
         def replay(letter: DeadLetter) -> str:
             if not letter.queue or (source is not None and letter.queue != source):
                 return "keep"
             self.publish_raw(letter.queue, letter.body)
             return "take"
 
-        return self._dead_letter_pass(limit, replay)[0]
+        taken, seen, count = self._dead_letter_pass(limit, replay)
+        replayed = {id(letter) for letter in taken}
+        return taken, [letter for letter in seen if id(letter) not in replayed], count
 
     def _dead_letter_pass(self, limit: int, act: Callable[[DeadLetter], str]
-                          ) -> tuple[list[DeadLetter], list[DeadLetter]]:
+                          ) -> tuple[list[DeadLetter], list[DeadLetter], int]:
         """Get up to ``limit`` dead letters; ``act`` says "take" (ack) or "keep" (left unacked
         until the pass ends, then back in the queue: a basic.get would return it again).
-        Returns (letters taken, letters seen)."""
+        Returns (letters taken, letters seen, letters in the queue at the start).
+
+        One pass at a time per dead-letter queue (:func:`_hold_pass_lock`): two concurrent
+        passes would each miss the letters the other holds unacked, and replay the letters
+        the other's replays sent back."""
         taken: list[DeadLetter] = []
         seen: list[DeadLetter] = []
         with Connection(self.broker_url) as connection:
+            _hold_pass_lock(connection, self.dead_letter_queue_name, DEAD_LETTER_LOCK_WAIT_S)
             bound = dead_letter_queue(self.dead_letter_queue_name)(connection.channel())
             bound.declare()
             # only what is there now: a replayed letter that fails again comes back meanwhile
-            limit = min(limit, bound.queue_declare(passive=True).message_count)
-            while len(seen) < limit and (message := bound.get(no_ack=False)) is not None:
+            count = bound.queue_declare(passive=True).message_count
+            while len(seen) < min(limit, count) and \
+                    (message := bound.get(no_ack=False)) is not None:
                 letter = _letter(message)
                 seen.append(letter)
                 if act(letter) == "take":
                     message.ack()
                     taken.append(letter)
-        return taken, seen
+        return taken, seen, count
 
     def close(self) -> None:
         self._stop.set()
@@ -268,6 +283,33 @@ class _Either:
         while not self.is_set() and (left := end - time.monotonic()) > 0:
             self.first.wait(min(left, 0.1))
         return self.is_set()
+
+
+DEAD_LETTER_LOCK_WAIT_S = 120.0  # a second pass waits this long for the first one
+
+
+class DeadLetterBusy(RuntimeError):
+    """Another pass over the dead-letter queue (``mgrpo dlq``) holds its lock."""
+
+
+def _hold_pass_lock(connection, dead_letter_queue_name: str, wait_s: float) -> None:
+    """Declare ``<dead-letter queue>.lock`` EXCLUSIVE on ``connection``: the broker lets one
+    connection hold it (another gets RESOURCE_LOCKED) and deletes it when that connection
+    closes, a crashed holder's included. Waits up to ``wait_s`` for it."""
+    from amqp.exceptions import ResourceLocked
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            connection.channel().queue_declare(f"{dead_letter_queue_name}.lock",
+                                               exclusive=True, auto_delete=True)
+            return
+        except ResourceLocked as error:
+            if time.monotonic() >= deadline:
+                raise DeadLetterBusy(
+                    f"another `mgrpo dlq` pass over {dead_letter_queue_name} has held its "
+                    f"lock for {wait_s:.0f} s; wait for it to end and try again") from error
+            time.sleep(0.2)
 
 
 def _letter(message) -> DeadLetter:

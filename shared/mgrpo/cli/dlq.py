@@ -7,6 +7,9 @@ the queue they came from, as they were; a replayed message that still fails come
 fresh reason. The broker is ``--broker`` or ``MGRPO_BROKER_URL``; the queue is
 ``<MGRPO_QUEUE_PREFIX>mgrpo.dead_letter``.
 
+One ``list`` or ``replay`` pass at a time per dead-letter queue: a second one waits (up to
+2 minutes) for the first (``mgrpo.bus.kombu_bus.DEAD_LETTER_LOCK_WAIT_S``).
+
 What this does NOT do: edit messages, or replay in embedded mode (its bus dies with the run).
 """
 
@@ -32,13 +35,14 @@ def _bus(broker: str | None):
                     dead_letter_queue_name=Queues(settings.queue_prefix).dead_letter)
 
 
-def _line(letter) -> str:
+def _line(letter, action: str | None = None) -> str:
     try:
         kind = json.loads(letter.body).get("kind", "?")
     except (ValueError, AttributeError):
         kind = "(not JSON)"
-    return json.dumps({"queue": letter.queue, "kind": kind, "reason": letter.reason,
-                       "body": letter.body[:200]})
+    line = {"queue": letter.queue, "kind": kind, "reason": letter.reason,
+            "body": letter.body[:200]}
+    return json.dumps(line if action is None else {"action": action, **line})
 
 
 @app.command("list")
@@ -60,12 +64,23 @@ def replay(broker: str | None = BROKER_OPTION, limit: int = LIMIT_OPTION,
            queue: str | None = typer.Option(
                None, "--queue", help="Only letters from this source queue (full name).")
            ) -> None:
-    """Publish dead letters back to their source queues (the others stay dead-lettered)."""
+    """Publish dead letters back to their source queues (the others stay dead-lettered).
+
+    One line per letter read (``"action"``: ``replayed`` or ``kept``), then the account:
+    replayed + kept = read, and how many were in the queue when the pass began. Two replays
+    (or a replay and a list) at once take turns: a lock on the broker (an exclusive queue,
+    released when its holder's connection ends, even by a crash)."""
     bus = _bus(broker)
     try:
-        replayed = bus.replay_dead_letters(limit, source=queue)
+        replayed, kept, count = bus.replay_report(limit, source=queue)
     finally:
         bus.close()
     for letter in replayed:
-        typer.echo(_line(letter))
-    typer.echo(f"replayed {len(replayed)} dead letter(s)", err=True)
+        typer.echo(_line(letter, "replayed"))
+    for letter in kept:
+        typer.echo(_line(letter, "kept"))
+    read = len(replayed) + len(kept)
+    unread = f"; {count - read} left unread (--limit {limit})" if count > read else ""
+    typer.echo(f"replayed {len(replayed)} dead letter(s), kept {len(kept)} (no source queue"
+               f"{' or not from ' + queue if queue else ''}) of {read} read; {count} were in "
+               f"{bus.dead_letter_queue_name} when the replay began{unread}", err=True)
