@@ -3,8 +3,9 @@
 ``import_model(src, out)`` loads the folder (its own tokenizer and chat template), checks each
 protocol marker (``mgrpo.envs.protocol_tokens``: ``<call>``, ``<|planner|>`` ...) and adds
 as special tokens the ones that do not already encode to exactly one token, resizes the
-embeddings to the new vocabulary (new rows: the mean of the old ones, transformers'
-``mean_resizing``), and writes a folder the run config can name under ``models.<m>.path``.
+embeddings to the new vocabulary (transformers' ``mean_resizing``: new rows sampled around
+the old rows' mean, with 1e-9 times their covariance), and writes a folder the run config
+can name under ``models.<m>.path``.
 
 Why: the episode runner and the parser find markers by text, and the trainer and the stop
 logic are cleaner and cheaper when each is one token; a byte-level BPE splits ``<call>`` into

@@ -68,6 +68,9 @@ def test_import_adds_the_markers_as_single_tokens_and_resizes(foreign_dir, tmp_p
     assert tok.encode("Paris is a city") == src_tok.encode("Paris is a city")
     old = src_model.get_input_embeddings().weight
     assert torch.equal(model.get_input_embeddings().weight[:old.shape[0]], old)
+    # new rows: sampled around the old rows' mean with 1e-9 x their covariance (docs/models.md)
+    new = model.get_input_embeddings().weight[old.shape[0]:]
+    assert torch.allclose(new, old.mean(0).expand_as(new), atol=1e-3)
     assert tok.pad_token == P.PAD and tok.pad_token_id != tok.eos_token_id
     # its own chat template is kept
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
