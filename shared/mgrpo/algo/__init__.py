@@ -5,6 +5,7 @@
 - ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
 - ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
 - ``loss``: token-level clipped policy loss, the one aggregation function
+- ``schedules``: learning-rate schedules (constant, linear, cosine) with warm-up
 - ``kl``: the KL estimators k1, k2, k3, k1+, k3+ (values, gradients, KL in the reward)
 - ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
 - ``paired``: paired bootstrap interval of the accuracy difference of two systems (ablations)
@@ -58,17 +59,18 @@ from mgrpo.algo.rollout_correction import (
     rollout_is_weights,
     rollout_mismatch,
 )
+from mgrpo.algo.schedules import LR_SCHEDULES, lr_at
 
 __all__ = [
-    "AGG_MODES", "KL_ESTIMATORS", "KL_LOSS_ESTIMATORS", "PLANNER_WEIGHTS", "ROLLOUT_IS_LEVELS",
-    "SUBAGENT_WEIGHTS",
+    "AGG_MODES", "KL_ESTIMATORS", "KL_LOSS_ESTIMATORS", "LR_SCHEDULES", "PLANNER_WEIGHTS",
+    "ROLLOUT_IS_LEVELS", "SUBAGENT_WEIGHTS",
     "AlignedAdvantages", "AlignedSlots", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
     "SubagentRollouts",
     "advantages_from_stats", "aggregate_loss", "align_batch", "align_subagents",
     "at_grpo_advantages", "at_grpo_group_ids", "auto_d", "call_counts", "dr_grpo_advantages",
     "dynamic_sampling_mask", "estimator_names", "get_estimator", "greedy_choice",
     "group_advantages", "group_stats", "grpo_advantages", "kl_divergence", "kl_penalty",
-    "kl_value", "sequence_kl_penalty", "mgrpo_advantages",
+    "kl_value", "lr_at", "sequence_kl_penalty", "mgrpo_advantages",
     "mix_turn_reward", "planner_advantages", "planner_reward", "policy_loss",
     "register_estimator", "rollout_is_weights", "rollout_mismatch", "subagent_advantages",
     "subagent_reward",

@@ -66,11 +66,8 @@ import socket
 import threading
 import uuid
 
-import torch
-
 from mgrpo.bus.errors import is_transient
 from mgrpo.config import Settings
-from mgrpo.models.lora import trainable_parameters
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, load_engine, scored_models
 from mgrpo.services.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
@@ -87,6 +84,7 @@ from mgrpo.services.trainer_weights import (  # noqa: F401 - re-exported (tests,
     put_state,
 )
 from mgrpo.training.config import RunConfig
+from mgrpo.training.precision import make_optimizer, prepare_for_training
 
 log = logging.getLogger(__name__)
 ROUND_ATTEMPTS = 3  # tries of one round's training before it is marked failed
@@ -132,8 +130,10 @@ class TrainerService(RunWeights, RoundTraining):
         mcfg = self.cfg.models[self.model_name]
         model, tokenizer, engine = load_engine(mcfg.path, self.settings.device,
                                                lora=mcfg.lora)
-        optimizer = (None if self.frozen else
-                     torch.optim.Adam(trainable_parameters(model), lr=mcfg.lr))
+        optimizer = None
+        if not self.frozen:
+            prepare_for_training(model, mcfg)  # gradient checkpointing when asked
+            optimizer = make_optimizer(model, mcfg)
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
 

@@ -114,13 +114,13 @@ class Ranks:
     def put(self, lm, lr: float, checkpoint: tuple[str, int] | None, source: str) -> bool:
         """This rank's weights and a fresh Adam with the checkpoint's optimizer state (the
         single-process :func:`mgrpo.services.trainer_weights.put_state` under DDP)."""
-        from mgrpo.models.lora import trainable_parameters
         from mgrpo.services.trainer_weights import put_state
+        from mgrpo.training.precision import fresh_optimizer
 
         if self.strategy == "ddp":
             return put_state(lm, lr, checkpoint, source)
         if lm.optimizer is not None:  # None: a frozen model's trainer (it never updates)
-            lm.optimizer = torch.optim.Adam(trainable_parameters(lm.model), lr=lr)
+            lm.optimizer = fresh_optimizer(lm.optimizer, lm.model, lr)
         rank_checkpoint.load_weights(lm, checkpoint, source, self.tied)
         return checkpoint is not None and lm.optimizer is not None and \
             rank_checkpoint.load_optimizer(lm.model, lm.optimizer, checkpoint[0])
@@ -255,11 +255,11 @@ def strategy_for(settings, cfg, model: str) -> str:
 
 def follower_model(settings, cfg, model: str):
     """Ranks > 0: the model (and Adam) a follower trains; its weights come with ``load``."""
-    from mgrpo.models.lora import trainable_parameters
     from mgrpo.services.context import load_engine
     from mgrpo.services.trainer_weights import TrainedModel
+    from mgrpo.training.precision import make_optimizer, prepare_for_training
 
     net, tokenizer, engine = load_engine(cfg.models[model].path, settings.device,
                                          lora=cfg.models[model].lora)
-    optimizer = torch.optim.Adam(trainable_parameters(net), lr=cfg.models[model].lr)
+    optimizer = make_optimizer(prepare_for_training(net, cfg.models[model]), cfg.models[model])
     return TrainedModel(model, net, tokenizer, engine, optimizer, engine.version)

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mgrpo.models.lora import trainable_parameters
 from mgrpo.services.context import folder_weights, initial_weights
 from mgrpo.services.optimizer_state import save_optimizer_state
 from mgrpo.services.rank_checkpoint import load_optimizer  # a .optimizer.pt or a DCP folder
+from mgrpo.training.precision import fresh_optimizer
 
 log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
 
@@ -50,8 +50,8 @@ def put_state(lm: TrainedModel, lr: float, checkpoint: tuple[str, int] | None,
     """A fresh Adam (``lr``) and the weights of the recorded ``checkpoint`` (uri, version)
     with its optimizer state, or, without one, of the folder ``source``. Returns whether Adam
     moments were restored. Every rank of a torchrun trainer runs it (``trainer_ranks``)."""
-    if lm.optimizer is not None:
-        lm.optimizer = torch.optim.Adam(trainable_parameters(lm.model), lr=lr)
+    if lm.optimizer is not None:  # the same kind (Adam/AdamW, weight decay), no moments
+        lm.optimizer = fresh_optimizer(lm.optimizer, lm.model, lr)
     if checkpoint is None:
         lm.engine.load_weights(folder_weights(source), 0)
         return False

@@ -92,8 +92,37 @@ class ModelConfig(StrictModel):
     lr: float = Field(2e-4, gt=0, description="Adam lr. Calibrated: 2e-4 stable on tiny "
                       "models; 5e-4 collapsed (SPEC 3).")
     grad_clip: float = 1.0
-    mini_batches: int = Field(1, ge=1, description="Optimizer steps per round (one epoch).")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch over a round's "
+                              "samples.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over a round's samples (each "
+                            "reshuffled into `mini_batches`), all against the same pi_old: "
+                            "mini_batches * ppo_epochs optimizer steps per round (verl "
+                            "ppo_epochs, TRL num_iterations).")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward.")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="Token budget per forward/backward: a micro-batch takes "
+        "sequences while rows x its longest sequence stays within it (at least one; at most "
+        "micro_batch_size), and is cut to that width. Same gradient as fixed-size "
+        "micro-batches; bounds activation memory on long, uneven rollouts. None: by count.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="bfloat16: the trained model's forward passes run under "
+        "torch.autocast(bfloat16) (CPU and GPU) with float32 master weights, gradients and "
+        "optimizer state; the frozen KL reference is held in bfloat16. float32: no autocast.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in the backward pass "
+        "(Hugging Face gradient_checkpointing_enable, non-reentrant): less memory, about one "
+        "more forward of time; same gradients.")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Learning rate per optimizer step after the warm-up "
+        "(mgrpo.algo.schedules, Hugging Face's formulas): constant, linear to 0 or cosine to "
+        "0 over the run's optimizer steps (lr_total_steps).")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up from 0 over this many "
+                              "optimizer steps.")
+    lr_total_steps: int | None = Field(
+        None, ge=1, description="Optimizer steps the linear/cosine schedule spans; None: the "
+        "run's, sum of stage rounds x mini_batches x ppo_epochs.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = "
+                                "Adam.")
     trainable: bool = Field(True, description="False freezes it (main-only ablation).")
     ref_path: str | None = Field(
         None, description="KL reference (loss.kl_coef > 0): a local HF folder or checkpoint "
@@ -113,6 +142,15 @@ class ModelConfig(StrictModel):
         if self.lora is not None and not self.trainable:
             raise ValueError("lora is set on a model with trainable: false; a frozen model "
                              "trains no adapter: drop `lora` or set trainable: true")
+        if self.lr_total_steps is not None and self.warmup_steps >= self.lr_total_steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} >= lr_total_steps="
+                             f"{self.lr_total_steps}: the warm-up would never end; shorten it")
+        if self.lr_schedule == "constant" and self.lr_total_steps is not None:
+            raise ValueError(f"lr_total_steps={self.lr_total_steps} with lr_schedule constant "
+                             "does nothing; set lr_schedule: linear or cosine, or drop it")
+        if self.micro_batch_tokens is not None and not self.trainable:
+            raise ValueError("micro_batch_tokens on a model with trainable: false; it is "
+                             "never trained: drop micro_batch_tokens")
         if self.lora is not None and self.ref_path is not None:
             raise ValueError(f"ref_path={self.ref_path!r} with lora: the KL reference of a "
                              "LoRA model is its base with the adapter disabled; drop ref_path")
@@ -355,6 +393,13 @@ class RunConfig(StrictModel):
                              "stale samples are corrected by truncated importance weights "
                              "pi_old / pi_rollout (decoupled PPO); without them the update "
                              "is biased")
+        for name in self.trained_models():
+            mcfg = self.models[name]
+            if mcfg.lr_schedule != "constant" and mcfg.warmup_steps >= self.optimizer_steps(name):
+                raise ValueError(f"models.{name}: warmup_steps={mcfg.warmup_steps} >= the "
+                                 f"run's {self.optimizer_steps(name)} optimizer steps (rounds "
+                                 "x mini_batches x ppo_epochs): the schedule would never leave "
+                                 "its warm-up; shorten it or set lr_total_steps")
         if self.loss.kl_in_reward and self.algorithm == "at_grpo":
             raise ValueError("loss.kl_in_reward with algorithm at_grpo: the KL penalty is "
                              "applied to mgrpo and grpo rewards only; put the KL in the loss "
@@ -385,6 +430,16 @@ class RunConfig(StrictModel):
         turns = {"grpo": s.planner_max_turns * (1 + s.subagent_max_turns), "at_grpo": 1}.get(
             self.algorithm, max(s.planner_max_turns, s.subagent_max_turns))
         return s.max_new_tokens * turns
+
+    def optimizer_steps(self, model: str) -> int:
+        """The optimizer steps model ``model`` takes over the run: every stage's rounds x
+        ``mini_batches`` x ``ppo_epochs`` (or its ``lr_total_steps``): the span of a linear
+        or cosine learning-rate schedule."""
+        mcfg = self.models[model]
+        if mcfg.lr_total_steps is not None:
+            return mcfg.lr_total_steps
+        rounds = sum(stage.rounds for stage in self.stages)
+        return max(1, rounds * mcfg.mini_batches * mcfg.ppo_epochs)
 
     def staleness(self, model: str) -> int:
         """Model ``model``'s staleness bound: its own ``max_staleness``, else the run's."""

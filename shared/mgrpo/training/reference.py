@@ -78,6 +78,8 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
     else:
         device = next(lm.model.parameters()).device
         ref = load_reference(key[1], device)
+        if model_cfg.dtype == "bfloat16":  # frozen: no float32 master copy needed
+            ref = ref.to(torch.bfloat16)
         log.info("model %s (run %s): KL reference loaded from %s", lm.name, run_id, key[1])
     lm.ref_model, lm.ref_key = ref, key
     return ref

@@ -170,5 +170,6 @@ def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
                            norm_length=cfg.loss_norm_length(),
                            ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name)
                            if cfg.loss.kl_in_loss() else None,
-                           temperature=cfg.sampling.temperature, shard=shard)
+                           temperature=cfg.sampling.temperature, shard=shard,
+                           total_steps=cfg.optimizer_steps(lm.name))
     return qualify(update, lm.name)

@@ -118,7 +118,8 @@ def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
 def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
-    from mgrpo.models.lora import apply_lora, trainable_parameters
+    from mgrpo.models.lora import apply_lora
+    from mgrpo.training.precision import make_optimizer, prepare_for_training
 
     other = {role: e for role, e in cfg.engines.items() if e != "torch"}
     if other:
@@ -134,8 +135,10 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
             model = apply_lora(model, mcfg.lora)
         model.eval()
         engine = TorchEngine(model, tokenizer, device=device)
-        optimizer = (torch.optim.Adam(trainable_parameters(model), lr=mcfg.lr)
-                     if mcfg.trainable else None)
+        optimizer = None
+        if mcfg.trainable:
+            prepare_for_training(model, mcfg)  # gradient checkpointing when asked
+            optimizer = make_optimizer(model, mcfg)
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)

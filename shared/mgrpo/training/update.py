@@ -34,6 +34,7 @@ from mgrpo.algo import policy_loss
 from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights, rollout_mismatch
 from mgrpo.models.logprobs import token_logprobs
 from mgrpo.training.config import LossConfig, ModelConfig
+from mgrpo.training.precision import autocast_for, set_step_lr
 from mgrpo.training.scoring import Sample
 from mgrpo.training.update_metrics import UpdateTotals
 
@@ -85,21 +86,25 @@ def has_dropout(model: torch.nn.Module) -> bool:
                for name in ("attention_dropout", "hidden_dropout", "dropout"))
 
 
-def _old_logprobs(model, batch: dict, rows: torch.Tensor, micro_batch_size: int,
-                  temperature: float) -> torch.Tensor:
-    """pi_old of ``rows`` (others 0): one no-grad pass in eval mode, so dropout (LoRA's, the
-    model's) adds no noise to the ratio and the importance weights."""
-    old = torch.zeros_like(batch["old_logprobs"])
-    if len(rows):
-        was_training = model.training
+def _no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
+                      temperature: float) -> torch.Tensor:
+    """logp (B, T) of ``rows`` (others 0) without gradient, in eval mode (no dropout), in
+    the micro-batches the training passes use (:func:`micro_batches`)."""
+    out = torch.zeros_like(batch["old_logprobs"])
+    if not len(rows):
+        return out
+    lengths = batch["attention_mask"][rows].sum(dim=1).cpu()
+    was_training = getattr(model, "training", False)  # a LoRA reference has no modes
+    if hasattr(model, "eval"):
         model.eval()
-        with torch.no_grad():
-            old[rows] = token_logprobs(
-                model, batch["input_ids"][rows], batch["attention_mask"][rows],
-                micro_batch_size=micro_batch_size,
-                temperature=temperature) * batch["response_mask"][rows]
+    with torch.no_grad():
+        for part in micro_batches(lengths, mcfg.micro_batch_size, mcfg.micro_batch_tokens):
+            sel = rows[part]
+            out[sel] = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
+                                temperature, False)[0].float()
+    if hasattr(model, "train"):
         model.train(was_training)
-    return old
+    return out
 
 
 def qualify(metrics: dict[str, float], model: str) -> dict[str, float]:
@@ -119,17 +124,60 @@ def _rollout_metrics(samples: list[Sample], train: torch.Tensor, rollout: torch.
     return out
 
 
+def micro_batches(lengths: torch.Tensor, size: int, budget: int | None) -> list[slice]:
+    """Consecutive slices of a mini-batch's rows (``lengths``: each row's token count): by
+    count, ``size`` rows each (as even as possible), or with a token ``budget``: a slice
+    grows while (rows x its longest row) stays within it, at most ``size`` rows, at least
+    one row."""
+    n = len(lengths)
+    if budget is None:
+        return _chunks(n, -(-n // size))
+    out, start = [], 0
+    while start < n:
+        end, width = start + 1, int(lengths[start])
+        while end < n and end - start < size \
+                and (end - start + 1) * max(width, int(lengths[end])) <= budget:
+            width = max(width, int(lengths[end]))
+            end += 1
+        out.append(slice(start, end))
+        start = end
+    return out
+
+
+def _forward(model, batch: dict, sel: torch.Tensor, trim: bool, temperature: float,
+             entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """logp and entropy (rows ``sel``, the batch's full width T) of one micro-batch; with
+    ``trim`` the forward runs on the micro-batch's own width (right padding cut) and the
+    result is padded back with zeros (masked positions)."""
+    ids, attention = batch["input_ids"][sel], batch["attention_mask"][sel]
+    width = ids.shape[1]
+    if trim:
+        cut = int(attention.sum(dim=1).max())
+        ids, attention = ids[:, :cut], attention[:, :cut]
+    logp, entropy = token_logprobs(model, ids, attention, micro_batch_size=len(sel),
+                                   with_entropy=True, temperature=temperature,
+                                   entropy_grad=entropy_grad)
+    pad = width - ids.shape[1]
+    if pad:
+        logp, entropy = (torch.nn.functional.pad(t, (0, pad)) for t in (logp, entropy))
+    return logp, entropy
+
+
 def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   samples: list[Sample], model_cfg: ModelConfig, loss_cfg: LossConfig,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
                   norm_length: int | None = None, temperature: float = 1.0,
                   reuse_first_pass: bool = True, shard: tuple[int, int] = (0, 1),
-                  ) -> dict[str, float]:
-    """Train ``model`` on ``samples`` for one epoch; returns averaged metrics (model-level
-    keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`). ``norm_length``:
-    Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
+                  total_steps: int | None = None) -> dict[str, float]:
+    """Train ``model`` on ``samples`` for ``model_cfg.ppo_epochs`` epochs (each reshuffled
+    into ``mini_batches`` optimizer steps, all against one pi_old); returns the metrics
+    (model-level keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`).
+    ``norm_length``: Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
     ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width.
+    ``total_steps``: the run's optimizer steps, the span of a linear or cosine learning-rate
+    schedule (``RunConfig.optimizer_steps``); each step's rate comes from the optimizer's
+    own step count (:func:`mgrpo.training.precision.set_step_lr`).
 
     ``reuse_first_pass`` (default): pi_old is the trainer's weights before its first step, so
     for the first mini-batch it is that mini-batch's own forward pass, detached (as TRL does
@@ -144,81 +192,104 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     if loss_cfg.kl_in_loss() and ref_model is None:
         raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
                          "pass ref_model (mgrpo.training.reference.reference_for)")
-    batch = pad_samples(samples, pad_id)
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in pad_samples(samples, pad_id).items()}
     order = torch.randperm(len(samples), generator=generator)
     minis = _chunks(len(samples), model_cfg.mini_batches)
     rollout = batch["old_logprobs"]  # what the sampler reported
     mask_all = batch["response_mask"]
     # The fused pi_old is a train-mode forward: only exact when that forward is not random.
     fused = recompute_old and reuse_first_pass and not has_dropout(model)
-    if recompute_old:  # the trainer's own pi_old: robust to sampler/trainer numeric drift
-        # Fused: the first mini-batch's pi_old is its own (grad) forward, detached, filled in
-        # below; only the rows of later mini-batches need a pass before the first step.
-        rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
-        batch["old_logprobs"] = _old_logprobs(model, batch, rows, model_cfg.micro_batch_size,
-                                              temperature)
+    with autocast_for(model_cfg, model):
+        if recompute_old:  # the trainer's own pi_old: robust to sampler/trainer numeric drift
+            # Fused: the first mini-batch's pi_old is its own (grad) forward, detached, filled
+            # in below; only the rows of later mini-batches need a pass before the first step.
+            rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
+            # pi_old in eval mode: dropout (LoRA's, the model's) adds no noise to the ratio
+            batch["old_logprobs"] = _no_grad_logprobs(model, batch, rows, model_cfg,
+                                                      temperature) * mask_all
+        ref = None
+        if loss_cfg.kl_in_loss():
+            ref = _no_grad_logprobs(ref_model, batch, torch.arange(len(samples)), model_cfg,
+                                    temperature)
     model.train()
-    ref = None
-    if loss_cfg.kl_in_loss():
-        with torch.no_grad():
-            ref = token_logprobs(ref_model, batch["input_ids"], batch["attention_mask"],
-                                 micro_batch_size=model_cfg.micro_batch_size,
-                                 temperature=temperature)
     totals = UpdateTotals()
+    totals.epochs = model_cfg.ppo_epochs
     rank, world = shard
-    for number, mini in enumerate(minis):
-        idx = order[mini]
-        mask = mask_all[idx]
-        tokens, seqs = mask.sum().clamp(min=1), len(idx)
-        optimizer.zero_grad(set_to_none=True)
-        micros = _chunks(len(idx), -(-len(idx) // model_cfg.micro_batch_size))
-        mine = micros[rank::world]
-        for j in range(-(-len(micros) // world)):  # the same number of passes on every rank
-            real = j < len(mine)
-            sel = idx[mine[j] if real else micros[0]]
-            sync = world == 1 or j == -(-len(micros) // world) - 1
-            # DDP: no all-reduce before the last micro-batch (forward AND backward); FSDP2
-            # reduce-scatters every backward (its gradients stay sharded), so no no_sync
-            no_sync = getattr(model, "no_sync", None)
-            with nullcontext() if sync or no_sync is None else no_sync():
-                logp, entropy = token_logprobs(
-                    model, batch["input_ids"][sel], batch["attention_mask"][sel],
-                    micro_batch_size=len(sel), with_entropy=True, temperature=temperature,
-                    entropy_grad=loss_cfg.entropy_coef > 0)
-                m = mask_all[sel]
-                if fused and number == 0 and real:  # no step taken yet: these ARE pi_old
-                    batch["old_logprobs"][sel] = logp.detach() * m
-                old_sel = batch["old_logprobs"][sel] if real else logp.detach() * m
-                is_w = None if not recompute_old else rollout_is_weights(
-                    old_sel, rollout[sel], m, loss_cfg.rollout_is,
-                    loss_cfg.rollout_is_threshold)
-                loss, metrics = policy_loss(
-                    logp, old_sel, batch["advantages"][sel], m,
-                    eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
-                    ref_logprobs=None if ref is None else ref[sel],
-                    kl_coef=0.0 if ref is None else loss_cfg.kl_coef,
-                    kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
-                    entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef)
-                share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" \
-                    else len(sel) / seqs
-                share = share if real else share * 0.0
-                (loss * (share * world) if world > 1 else loss * share).backward()
-            totals.add_micro(metrics, float(share), float(m.sum()) if real else 0.0)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
-        optimizer.step()
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-            grad_norm = grad_norm.full_tensor()
-        totals.add_step(float(grad_norm))
+    lengths = batch["attention_mask"].sum(dim=1).cpu()
+    for epoch in range(model_cfg.ppo_epochs):
+        if epoch:
+            order = torch.randperm(len(samples), generator=generator)
+        for number, mini in enumerate(minis):
+            idx = order[mini]
+            first = fused and epoch == 0 and number == 0  # no step taken: these ARE pi_old
+            _mini_batch_step(model, optimizer, batch, idx, rollout, ref, model_cfg, loss_cfg,
+                             totals, shard, temperature, norm_length, recompute_old, first,
+                             lengths, total_steps)
+            if first and world > 1:  # each rank filled the rows it ran; later passes need all
+                _gather_first_rows(batch, idx)
     if world > 1:
         totals.all_reduce(world)
-        if fused:
-            _gather_first_rows(batch, order[minis[0]])
     extra: dict[str, float] = {}
     if recompute_old:  # pi_old of every row is known now (fused rows were filled in the loop)
-        extra = _rollout_metrics(samples, batch["old_logprobs"], rollout, mask_all)
+        extra = _rollout_metrics(samples, batch["old_logprobs"].cpu(), rollout.cpu(),
+                                 mask_all.cpu())
         is_w = rollout_is_weights(batch["old_logprobs"], rollout, mask_all,
                                   loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
         if is_w is not None:
             extra.update(is_weight_metrics(is_w, mask_all, loss_cfg.rollout_is_threshold))
     model.eval()
     return {**totals.result(), **extra}
+
+
+def _mini_batch_step(model, optimizer, batch: dict, idx: torch.Tensor, rollout, ref,
+                     model_cfg: ModelConfig, loss_cfg: LossConfig, totals: UpdateTotals,
+                     shard: tuple[int, int], temperature: float, norm_length: int | None,
+                     recompute_old: bool, fill_old: bool, lengths: torch.Tensor,
+                     total_steps: int | None) -> None:
+    """One optimizer step on the rows ``idx``: micro-batch forwards and backwards (this
+    rank's share), gradient clip, the schedule's rate, step. ``fill_old``: this mini-batch's
+    forwards are pi_old (the fused first pass), stored into ``batch["old_logprobs"]``."""
+    mask_all = batch["response_mask"]
+    tokens, seqs = mask_all[idx].sum().clamp(min=1), len(idx)
+    optimizer.zero_grad(set_to_none=True)
+    micros = micro_batches(lengths[idx], model_cfg.micro_batch_size,
+                           model_cfg.micro_batch_tokens)
+    rank, world = shard
+    mine = micros[rank::world]
+    passes = -(-len(micros) // world)
+    for j in range(passes):  # the same number of passes on every rank
+        real = j < len(mine)
+        sel = idx[mine[j] if real else micros[0]]
+        # DDP: no all-reduce before the last micro-batch (forward AND backward); FSDP2
+        # reduce-scatters every backward (its gradients stay sharded), so no no_sync
+        no_sync = getattr(model, "no_sync", None)
+        sync = world == 1 or j == passes - 1
+        with nullcontext() if sync or no_sync is None else no_sync():
+            with autocast_for(model_cfg, model):
+                logp, entropy = _forward(model, batch, sel,
+                                         model_cfg.micro_batch_tokens is not None,
+                                         temperature, loss_cfg.entropy_coef > 0)
+            m = mask_all[sel]
+            if fill_old and real:
+                batch["old_logprobs"][sel] = logp.detach() * m
+            old_sel = batch["old_logprobs"][sel] if real else logp.detach() * m
+            is_w = None if not recompute_old else rollout_is_weights(
+                old_sel, rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+            loss, metrics = policy_loss(
+                logp, old_sel, batch["advantages"][sel], m,
+                eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
+                ref_logprobs=None if ref is None else ref[sel],
+                kl_coef=0.0 if ref is None else loss_cfg.kl_coef,
+                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
+                entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef)
+            share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
+            share = share if real else share * 0.0
+            (loss * (share * world) if world > 1 else loss * share).backward()
+        totals.add_micro(metrics, float(share), float(m.sum()) if real else 0.0)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
+    set_step_lr(optimizer, model_cfg, total_steps)
+    optimizer.step()
+    if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+        grad_norm = grad_norm.full_tensor()
+    totals.add_step(float(grad_norm))

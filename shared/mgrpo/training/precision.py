@@ -1,0 +1,85 @@
+"""What a model config asks of the trainer besides the loss: the optimizer (Adam or AdamW),
+the learning rate of each step (``mgrpo.algo.schedules``), bf16 autocast and gradient
+checkpointing. One place, used by the embedded loop, the trainer service and every rank.
+
+bf16 here is mixed precision: the weights, gradients and optimizer moments stay float32
+(master weights); the trained model's forward passes run under ``torch.autocast(bfloat16)``
+on the model's device (CPU or GPU), and the frozen KL reference is held in bfloat16.
+
+What it does NOT do: fp16 loss scaling (bf16 needs none), or load weights.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from mgrpo.algo.schedules import lr_at
+from mgrpo.models.lora import trainable_parameters
+from mgrpo.training.config import ModelConfig
+
+
+def make_optimizer(model: torch.nn.Module, mcfg: ModelConfig) -> torch.optim.Optimizer:
+    """Adam over the trainable parameters (AdamW with ``weight_decay`` > 0), at ``lr``."""
+    params = trainable_parameters(model)
+    if mcfg.weight_decay > 0:
+        return torch.optim.AdamW(params, lr=mcfg.lr, weight_decay=mcfg.weight_decay)
+    return torch.optim.Adam(params, lr=mcfg.lr)
+
+
+def prepare_for_training(model: torch.nn.Module, mcfg: ModelConfig) -> torch.nn.Module:
+    """Turn on gradient checkpointing when asked (Hugging Face's, non-reentrant, so no input
+    needs ``requires_grad`` and LoRA works); returns ``model``."""
+    if mcfg.gradient_checkpointing:
+        enable = getattr(model, "gradient_checkpointing_enable", None)
+        if enable is None:
+            raise ValueError(f"gradient_checkpointing: {type(model).__name__} has no "
+                             "gradient_checkpointing_enable (a Hugging Face model has)")
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def optimizer_step_count(optimizer: torch.optim.Optimizer) -> int:
+    """Steps the optimizer has taken: Adam's own per-parameter ``step`` (restored with its
+    state on resume), 0 before the first."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if step is not None:
+                step = step.full_tensor() if hasattr(step, "full_tensor") else step
+                return int(float(step))
+    return 0
+
+
+def set_step_lr(optimizer: torch.optim.Optimizer, mcfg: ModelConfig,
+                total_steps: int | None) -> float | None:
+    """Set every group's rate for the optimizer's next step from the schedule (base rate
+    ``mcfg.lr``); returns it. A constant schedule without warm-up leaves the optimizer's own
+    rate alone (None)."""
+    if mcfg.lr_schedule == "constant" and mcfg.warmup_steps == 0:
+        return None
+    lr = lr_at(optimizer_step_count(optimizer), mcfg.lr, mcfg.lr_schedule, mcfg.warmup_steps,
+               mcfg.lr_total_steps or total_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def autocast_for(mcfg: ModelConfig, model: torch.nn.Module):
+    """The context of the trained model's forward passes: bf16 autocast or nothing."""
+    if mcfg.dtype != "bfloat16":
+        return nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def fresh_optimizer(previous: torch.optim.Optimizer, model: torch.nn.Module,
+                    lr: float) -> torch.optim.Optimizer:
+    """A new optimizer of ``previous``'s kind and settings (Adam or AdamW, its weight decay)
+    over ``model``'s trainable parameters, at ``lr``: no moments, no steps."""
+    decay = previous.defaults.get("weight_decay", 0.0)
+    kind = type(previous)
+    if kind is torch.optim.AdamW:
+        return torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=decay)
+    return kind(trainable_parameters(model), lr=lr)
