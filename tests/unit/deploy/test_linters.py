@@ -51,7 +51,7 @@ def test_hadolint_finds_nothing_in_the_dockerfile():
 
 def test_checkov_finds_nothing_in_the_rendered_manifests(tmp_path):
     files = []
-    for overlay in ("cpu", "gpu"):
+    for overlay in ("cpu", "gpu", "vllm-cpu"):
         files += ["-f", str(tmp_path / f"{overlay}.yaml")]
         with open(files[-1], "w") as f:
             yaml.safe_dump_all(render(ROOT / "k8s" / "overlays" / overlay), f)
