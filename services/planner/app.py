@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from mgrpo.config import Settings
 
 
@@ -10,8 +12,11 @@ def main(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
     from mgrpo.services.api.app import create_app
+    from mgrpo.services.api.routes.health import embedded_problem
     from mgrpo.services.process import setup_logging
 
     setup_logging(settings, "planner")
+    if (problem := embedded_problem(settings)) is not None:
+        logging.getLogger("mgrpo.planner").warning(problem)
     uvicorn.run(create_app(settings=settings), host=host, port=port,
                 log_level=settings.log_level.lower(), log_config=None)  # our format

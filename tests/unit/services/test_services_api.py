@@ -118,3 +118,24 @@ def test_committed_openapi_matches_the_app(client):
     committed = json.loads((ROOT / "docs" / "openapi.json").read_text())
     assert committed == client.app.openapi(), \
         "docs/openapi.json is stale: regenerate it (see docs/api.md)"
+
+
+def test_readyz_in_embedded_mode_says_there_are_no_workers(client, monkeypatch):
+    """Before, `mgrpo serve planner` in the default embedded mode answered every delegation
+    with `unknown agent` and left rounds running, with nothing said at start or on /readyz."""
+    state = client.app.state.api
+    ready = client.get("/readyz").json()
+    assert ready["checks"]["mode"] == "ok" and "warnings" not in ready  # distributed, served
+    # a sub-agent no worker registered for is named
+    monkeypatch.setattr(state, "cfg", state.cfg.model_copy(
+        update={"agents": {**state.cfg.agents, "writer": "planner"}}))
+    (warning,) = client.get("/readyz").json()["warnings"]
+    assert warning.startswith("no live worker for sub-agent writer (none registered, or no "
+                              "heartbeat within 30 s)")
+    monkeypatch.setattr(state, "settings", state.settings.model_copy(update={"mode":
+                                                                             "embedded"}))
+    embedded = client.get("/readyz")
+    assert embedded.status_code == 503
+    mode = embedded.json()["checks"]["mode"]
+    assert mode.startswith("MGRPO_MODE=embedded: this planner API has no sub-agent workers")
+    assert "unknown agent" in mode and "MGRPO_MODE=distributed" in mode

@@ -1,6 +1,13 @@
 """``/healthz`` (the process is up and can serve queries), ``/readyz`` (the store, the broker
 and this process's bus consumers answer), ``/metrics`` (Prometheus).
 
+In embedded mode (``MGRPO_MODE`` unset) this API has no sub-agent workers and no trainers:
+they consume RabbitMQ queues in distributed mode. Every delegation of ``/v1/queries`` would
+fail as ``unknown agent`` and a round would never finish, so ``/readyz`` is 503 and says
+so (``checks.mode``), as ``mgrpo serve planner`` warns at start (:func:`embedded_problem`).
+``/readyz`` also lists, as ``warnings`` (not failing it), the run config's sub-agents that no
+live worker serves (none registered, or no heartbeat within :data:`ALIVE_WITHIN_S`).
+
 ``/healthz`` runs on the event loop and reads in-memory state only (no lock, no I/O), so it
 answers while the model thread plays batches. It is 503 when the model thread died, or when
 a bus consumer of this process (the planner's reply queue, started by the first query) has
@@ -17,6 +24,28 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mgrpo.services.api.deps import State
 
 router = APIRouter(tags=["health"])
+
+ALIVE_WITHIN_S = 30.0  # three sub-agent heartbeats (SubagentWorker.heartbeat_s = 10 s)
+
+
+def embedded_problem(settings) -> str | None:
+    """Why a planner API in embedded mode cannot serve queries or rounds; None if distributed."""
+    if settings.mode != "embedded":
+        return None
+    return ("MGRPO_MODE=embedded: this planner API has no sub-agent workers and no trainers "
+            "(they consume RabbitMQ in distributed mode), so every delegation of /v1/queries "
+            "fails (unknown agent) and a round started by POST /v1/rounds never finishes; "
+            "set MGRPO_MODE=distributed with RabbitMQ and PostgreSQL (`mgrpo up --config "
+            "FILE` starts every service), or train in one process with `mgrpo train`")
+
+
+def missing_subagents(state) -> list[str]:
+    """The run config's sub-agent roles that no live worker serves."""
+    try:
+        alive = {a.name for a in state.store.list_agents(alive_within_s=ALIVE_WITHIN_S)}
+    except Exception:  # noqa: BLE001 - the store check reports a store that does not answer
+        return []
+    return [role for role in state.cfg.agents if role != "planner" and role not in alive]
 
 
 def process_problems(state, grace_s: float) -> list[str]:
@@ -40,8 +69,9 @@ async def healthz(state: State) -> JSONResponse:  # async: on the event loop, ne
 
 
 @router.get("/readyz", summary="Readiness: the store, the broker and the bus consumers answer",
-            responses={503: {"description": "The store or the broker does not answer, or a "
-                             "bus consumer of this process is not consuming"}})
+            responses={503: {"description": "The store or the broker does not answer, a "
+                             "bus consumer of this process is not consuming, or the API runs "
+                             "in embedded mode (no workers)"}})
 def readyz(state: State) -> JSONResponse:
     checks: dict[str, str] = {}
     try:
@@ -53,9 +83,15 @@ def readyz(state: State) -> JSONResponse:
         checks["broker"] = _broker_ok(state.settings.broker_url)
     problems = process_problems(state, 0.0)
     checks["consumers"] = "; ".join(problems) if problems else "ok"
+    checks["mode"] = embedded_problem(state.settings) or "ok"
     ok = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
-                        status_code=200 if ok else 503)
+    body: dict = {"status": "ready" if ok else "not ready", "checks": checks}
+    if missing := missing_subagents(state):
+        body["warnings"] = [f"no live worker for sub-agent {role} (none registered, or no "
+                            f"heartbeat within {ALIVE_WITHIN_S:.0f} s): its delegations fail "
+                            f"as unknown agent; start `mgrpo serve subagent --name {role}`"
+                            for role in missing]
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def _broker_ok(url: str) -> str:
