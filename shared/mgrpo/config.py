@@ -46,6 +46,10 @@ class Settings(BaseSettings):
         None, description="Bearer token required on mutating REST endpoints. Unset: "
         "mutating endpoints refuse every call (403) in distributed mode.")
     health_port: int = Field(9100, description="Health/metrics port of worker services.")
+    plugins: str = Field(
+        "", description="Comma-separated Python modules `mgrpo` imports before any command or "
+        "service builds anything (your tools and verifiers; mgrpo.plugins), besides the run "
+        "config's `plugins:`.")
     consumer_grace_s: float = Field(
         30.0, ge=0, description="How long a worker's (or the planner API's) bus consumer may "
         "be disconnected (reconnecting after a broker restart) before its /healthz says 503; "

@@ -116,3 +116,38 @@ def test_judge_by_import_path_counts_its_errors(acme, tmp_path, bench):
     assert judge_metrics("coder", counts)["coder/judge_errors"] == 1.0
     with pytest.raises(ValidationError, match="judges.coder.kind: 'acme_verify:contain'"):
         _cfg(tmp_path, judges={"coder": {"kind": f"{acme}:contain"}})
+
+
+class _YesToOstra:
+    """An engine that grades like a judge: yes when the prompt's prediction says Ostra."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.prompts = tokenizer, []
+
+    def generate(self, requests):
+        from mgrpo.engines.base import Completion
+
+        out = []
+        for req in requests:
+            prompt = self.tokenizer.decode(req.prompt_ids)
+            self.prompts.append(prompt)
+            text = "yes" if "Ostra" in prompt.rsplit("Predicted answer", 1)[-1] else "no"
+            out.append(Completion(prompt_ids=list(req.prompt_ids), completion_ids=[1],
+                                  logprobs=[0.0], text=text, finish_reason="stop"))
+        return out
+
+
+def test_llm_verifier_uses_the_named_model_engine(tmp_path):
+    class Tok:
+        def encode(self, text):
+            return [ord(c) for c in text]
+
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    engine = _YesToOstra(Tok())
+    cfg = _cfg(tmp_path, verifier="llm", verifier_llm={"model": "planner"})
+    verifier = build_verifier(cfg, {"planner": (engine, Tok())})
+    assert verifier.score("It is Ostra, I think", "ostra", "capital of Kelvar?") == 1.0
+    assert verifier.score("Holm", "Ostra", "capital of Kelvar?") == 0.0
+    assert "capital of Kelvar?" in engine.prompts[0] and verifier.errors == 0
