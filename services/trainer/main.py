@@ -54,4 +54,4 @@ def main(settings: Settings, model: str) -> None:
         "mgrpo_trainer_weights_version": lambda: trainer.lm.version if trainer.lm else 0,
         "mgrpo_trainer_lease_held": lambda: float(trainer.lease.held()),
         "mgrpo_trainer_ranks": lambda: float(ranks.world if ranks else 1),
-    }, stop=stop, bus=bus)
+    }, stop=stop, bus=bus, needs=trainer.not_ready)

@@ -37,10 +37,12 @@ the manifest check still rejects a torn copy.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -54,6 +56,33 @@ MANIFEST = "manifest.json"
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or corrupted."""
+
+
+class CheckpointDiskFull(CheckpointError):
+    """A checkpoint could not be written: no space left where it goes."""
+
+
+def disk_full(error: OSError, what: str, path: str) -> CheckpointDiskFull | None:
+    """A :class:`CheckpointDiskFull` naming ``what`` and the free space at ``path`` when
+    ``error`` is ENOSPC (or EDQUOT), else None."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    try:
+        free = f"{shutil.disk_usage(path).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return CheckpointDiskFull(f"no space left to write {what} under {path} ({free}); free "
+                              "space, lower keep_checkpoints or move MGRPO_CHECKPOINT_URI")
+
+
+def _remove_quietly(fs, path: str) -> None:
+    """Remove a failed write's temp file or folder; a second failure changes nothing (the
+    owner's next start removes ``.tmp-*`` leftovers anyway)."""
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except OSError:
+        pass
 
 
 def _fs_and_path(uri: str):
@@ -138,16 +167,25 @@ def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=Non
         raise _exists_error(name, version, final)
     files, kind, aliases = _payload_files(model, tokenizer)
     tmp = f"{root}/{name}/.tmp-v{version:06d}-{uuid.uuid4().hex[:8]}"
-    fs.makedirs(tmp, exist_ok=True)
-    entries = {}
-    for filename, data in files.items():
-        with fs.open(f"{tmp}/{filename}", "wb") as handle:
-            handle.write(data)
-        entries[filename] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    manifest = {"name": name, "version": version, "kind": kind, "files": entries,
-                "aliases": aliases, "created": time.time(), "extra": extra or {}}
-    with fs.open(f"{tmp}/{MANIFEST}", "wb") as handle:
-        handle.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+    try:
+        fs.makedirs(tmp, exist_ok=True)
+        entries = {}
+        for filename, data in files.items():
+            with fs.open(f"{tmp}/{filename}", "wb") as handle:
+                handle.write(data)
+            entries[filename] = {"sha256": hashlib.sha256(data).hexdigest(),
+                                 "size": len(data)}
+        manifest = {"name": name, "version": version, "kind": kind, "files": entries,
+                    "aliases": aliases, "created": time.time(), "extra": extra or {}}
+        with fs.open(f"{tmp}/{MANIFEST}", "wb") as handle:
+            handle.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+    except BaseException as error:  # a full disk, above all: leave nothing to keep it full
+        _remove_quietly(fs, tmp)
+        full = disk_full(error, f"checkpoint {name} v{version}", root) \
+            if isinstance(error, OSError) else None
+        if full is not None:
+            raise full from error
+        raise
     _publish(fs, tmp, final, name, version)
     return version_uri(root_uri, name, version)
 

@@ -30,7 +30,7 @@ import uuid
 import fsspec
 import torch
 
-from mgrpo.models.checkpoint import MANIFEST
+from mgrpo.models.checkpoint import MANIFEST, disk_full
 
 SUFFIX = ".optimizer.pt"
 
@@ -64,9 +64,18 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, version_uri: str) -> 
     fs, path = fsspec.core.url_to_fs(target)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open(tmp, "wb") as handle:
-        handle.write(data)
-    fs.mv(tmp, path)
+    try:
+        with fs.open(tmp, "wb") as handle:
+            handle.write(data)
+        fs.mv(tmp, path)
+    except BaseException as error:  # a full disk, above all: leave no temp file to keep it full
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        full = disk_full(error, f"optimizer state {target.rsplit('/', 1)[-1]}",
+                         path.rsplit("/", 1)[0]) if isinstance(error, OSError) else None
+        if full is not None:
+            raise full from error
+        raise
     return {"file": target.rsplit("/", 1)[-1], "sha256": hashlib.sha256(data).hexdigest(),
             "size": len(data)}
 

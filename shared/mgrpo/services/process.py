@@ -41,20 +41,28 @@ def exit_now(code: int = 0) -> None:
 
 
 def serve_until_signal(settings: Settings, service: str, gauges: dict[str, Callable[[], float]],
-                       stop: Callable[[], None] | None = None, bus=None) -> None:
+                       stop: Callable[[], None] | None = None, bus=None,
+                       needs: Callable[[], list[str]] | None = None) -> None:
     """Serve /healthz, /readyz and /metrics on ``settings.health_port``; block until
     SIGTERM/SIGINT. ``bus``: its consumers decide health (``mgrpo.services.health``): one not
-    consuming for ``settings.consumer_grace_s`` makes /healthz 503; /readyz is 503 at once."""
+    consuming for ``settings.consumer_grace_s`` makes /healthz 503; /readyz is 503 at once.
+    ``needs``: what else the worker needs, checked by each /readyz probe (the store, the
+    sandbox, the checkpoint disk: ``mgrpo.services.dependencies``); a problem makes /readyz
+    503 with it, not /healthz (a restart would not bring a database back)."""
     registry = CollectorRegistry()
     for name, read in gauges.items():
         Gauge(name, name.replace("_", " "), registry=registry).set_function(read)
     stopped = threading.Event()
     check = getattr(bus, "consumer_problems", None)
+
+    def not_ready() -> list[str]:
+        return (check(0.0) if check else []) + (needs() if needs else [])
+
     server = serve_health(
         settings.health_port, registry, alive=lambda: not stopped.is_set(),
         info=lambda: {"service": service},
         problems=(lambda: check(settings.consumer_grace_s)) if check else None,
-        not_ready=(lambda: check(0.0)) if check else None)
+        not_ready=not_ready)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
     logging.getLogger(service).info("%s ready; health on :%d", service,

@@ -112,6 +112,7 @@ class TrainerService(RunWeights, RoundTraining):
         self._failures: dict[str, int] = {}  # round_id -> consecutive training errors
         self._weights_of: tuple[str, str] | None = None  # (run, source) in self.lm
         self._cleaned: set[str] = set()
+        self.checkpoint_problem: str | None = None  # the last checkpoint write's, if it failed
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = LeaseKeeper(store, f"trainer:{model}", holder, settings.trainer_lease_s)
         self._leased = False  # True once start() runs under the lease
@@ -163,6 +164,13 @@ class TrainerService(RunWeights, RoundTraining):
                         consumer=f"trainer-{self.model_name}", batch_size=INGEST_BATCH,
                         linger_s=INGEST_LINGER_S, claims=False, stop=self._stop)
         self._loop()
+
+    def not_ready(self) -> list[str]:
+        """Why this trainer cannot finish a round now (its ``/readyz``): its store is
+        unreachable, or its last checkpoint write found the disk full."""
+        from mgrpo.services.dependencies import store_problem
+
+        return [p for p in (store_problem(self.store), self.checkpoint_problem) if p]
 
     def stop(self) -> None:
         self._stop.set()

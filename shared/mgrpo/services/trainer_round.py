@@ -75,7 +75,7 @@ class RoundTraining:
                             "no checkpoint written")
         marks.append(("train", time.perf_counter()))
         if not applied and not self.frozen:
-            self.save_checkpoint(version, round_id, record.run_id)
+            self.save_checkpoint(version, round_id, record.run_id, keep=cfg.keep_checkpoints)
         record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)
         marks.append(("checkpoint", time.perf_counter()))
         # Metrics before the group stats: "published" is what marks the round done (here or

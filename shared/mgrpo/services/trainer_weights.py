@@ -111,35 +111,88 @@ class RunWeights:
         lm.version = lm.engine.version
         self._weights_of = (run_id, source)
 
-    def save_checkpoint(self, version: int, round_id: str | None, run_id: str) -> str:
+    def save_checkpoint(self, version: int, round_id: str | None, run_id: str,
+                        keep: int | None = None) -> str:
         """Optimizer state, then the weights (atomic, write-once; the manifest names the
         optimizer file and its sha256, and the parent the update started from), then the
         store record: a checkpoint is recorded only when complete. Returns its URI.
 
         Idempotent on retry: a version folder that an earlier try wrote completely but could
         not record (the store went down in between) is recorded as it is when it holds
-        exactly what this try would write (:meth:`reuse_unrecorded`)."""
-        from mgrpo.models.checkpoint import MANIFEST, save_checkpoint, version_uri
+        exactly what this try would write (:meth:`reuse_unrecorded`). A failed write leaves
+        no file behind; a full disk is remembered in ``checkpoint_problem`` (the trainer's
+        ``/readyz``) until a write succeeds. ``keep``: then :meth:`prune` older versions."""
+        from mgrpo.models.checkpoint import MANIFEST, CheckpointDiskFull
 
         lm, root = self.lm, self.run_root(run_id)
         extra: dict = {"round_id": round_id, "run_id": run_id,
                        "parent": self._weights_of[1] if self._weights_of else None}
         uri = self.reuse_unrecorded(root, version, run_id, extra)
-        if uri is not None:
-            pass  # an earlier try of this round wrote exactly this version: record it
-        elif lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
-            uri = lm.ranks.save(lm, root, version, extra)
-        else:
-            if lm.optimizer is not None:
-                extra["optimizer"] = save_optimizer_state(lm.optimizer,
-                                                          version_uri(root, lm.name, version))
-            uri = save_checkpoint(lm.model, root, lm.name, version, tokenizer=lm.tokenizer,
-                                  extra=extra)
+        try:
+            if uri is None:
+                uri = self._write_version(root, version, extra)
+        except CheckpointDiskFull as error:
+            self.checkpoint_problem = f"checkpoint disk: {error}"
+            raise
+        self.checkpoint_problem = None
         self.store.record_checkpoint(lm.name, version, uri, _sha256(f"{uri}/{MANIFEST}"),
                                      round_id=round_id, run_id=run_id)
         lm.engine.version = lm.version = version
         self._weights_of = (run_id, uri)
+        if keep is not None:
+            self.prune(run_id, keep)
         return uri
+
+    def _write_version(self, root: str, version: int, extra: dict) -> str:
+        """Optimizer state, then the weights; a failed weights write removes the optimizer
+        file it followed (nothing of a failed version stays on disk)."""
+        from mgrpo.models.checkpoint import save_checkpoint, version_uri
+        from mgrpo.services.optimizer_state import discard_optimizer_state
+
+        lm = self.lm
+        if lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
+            return lm.ranks.save(lm, root, version, extra)
+        uri = version_uri(root, lm.name, version)
+        if lm.optimizer is not None:
+            extra["optimizer"] = save_optimizer_state(lm.optimizer, uri)
+        try:
+            return save_checkpoint(lm.model, root, lm.name, version, tokenizer=lm.tokenizer,
+                                   extra=extra)
+        except Exception:
+            if lm.optimizer is not None:
+                discard_optimizer_state(uri)
+            raise
+
+    def prune(self, run_id: str, keep: int) -> list[int]:
+        """Delete this model's recorded versions of ``run_id`` older than the newest ``keep``
+        (``keep_checkpoints``): the store records first, then the folders and optimizer
+        files (a kill in between leaves unrecorded folders, removed as leftovers at the next
+        start). A failure is logged, never raised: the round is trained. Returns the removed
+        versions."""
+        from mgrpo.models.checkpoint import discard_version, version_uri
+        from mgrpo.services.optimizer_state import discard_optimizer_state
+        from mgrpo.services.rank_checkpoint import dcp_uri
+
+        lm, root = self.lm, self.run_root(run_id)
+        try:
+            versions = sorted(c.version for c in self.store.list_checkpoints(lm.name,
+                                                                             run_id=run_id))
+            old = versions[:-keep] if keep >= 1 else []
+            if not old:
+                return []
+            self.store.forget_checkpoints(lm.name, old, run_id=run_id)
+            for version in old:
+                uri = version_uri(root, lm.name, version)
+                discard_version(root, lm.name, version)
+                discard_optimizer_state(uri)
+                _remove_tree(dcp_uri(uri))
+        except Exception:  # noqa: BLE001 - the disk fills up later; health will say so
+            log.exception("trainer %s: could not delete old checkpoints of run %s",
+                          lm.name, run_id)
+            return []
+        log.info("trainer %s: deleted v%s of run %s (keep_checkpoints %d)", lm.name,
+                 ", v".join(map(str, old)), run_id, keep)
+        return old
 
     def reuse_unrecorded(self, root: str, version: int, run_id: str,
                          extra: dict) -> str | None:
@@ -193,6 +246,14 @@ def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bo
         return entry is None
     digest = optimizer_state_digest(lm.optimizer)
     return entry is not None and entry["sha256"] == digest == optimizer_file_digest(uri)
+
+
+def _remove_tree(uri: str) -> None:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(uri)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
 def _sha256(uri: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import Agent, Checkpoint, Metric, ProcessedMessage, utcnow
@@ -50,6 +50,16 @@ class RegistryMixin(StoreBase):
                     f"(sha256 {row.sha256[:12]}..., {row.uri}); refusing sha256 "
                     f"{sha256[:12]}..., {uri}: a version is written once, save a new one")
             return False
+
+    def forget_checkpoints(self, model: str, versions: Sequence[int], run_id: str = "") -> int:
+        """Delete the records of ``versions`` of ``model`` in ``run_id`` (their files are
+        being deleted: ``keep_checkpoints``); returns how many were deleted."""
+        if not versions:
+            return 0
+        stmt = delete(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.model == model,
+                                        Checkpoint.version.in_(list(versions)))
+        with self._tx() as session:
+            return session.execute(stmt).rowcount
 
     def latest_checkpoint(self, model: str, run_id: str = "") -> CheckpointRecord | None:
         """The newest recorded version of ``model`` in ``run_id`` (never another run's)."""

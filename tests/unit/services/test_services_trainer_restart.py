@@ -182,3 +182,21 @@ def test_retry_with_other_weights_replaces_the_unrecorded_version(deployment, mo
     assert_same(params(trainer), params(restarted))
     folder = Path(trainer.run_root(RUN)) / "searcher"
     assert sorted(p.name for p in folder.iterdir()) == ["v000001", "v000001.optimizer.pt"]
+
+
+def test_keep_checkpoints_deletes_older_versions_and_their_records(deployment):
+    """``keep_checkpoints`` in the trainer service: after each recorded version, the run's
+    versions older than the newest ``keep`` go, files and store records; a restart resumes
+    from the newest."""
+    settings, cfg, store = deployment
+    trainer = start(settings, cfg, store)
+    for version in (1, 2, 3):
+        step(trainer)
+        trainer.save_checkpoint(version, round_id=None, run_id=RUN, keep=2)
+    folder = Path(trainer.run_root(RUN)) / "searcher"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "v000002", "v000002.optimizer.pt", "v000003", "v000003.optimizer.pt"]
+    assert [c.version for c in store.list_checkpoints("searcher", run_id=RUN)] == [2, 3]
+    restarted = start(settings, cfg, store)
+    assert restarted.lm.version == 3
+    assert_same(params(trainer), params(restarted))
