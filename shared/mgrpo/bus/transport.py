@@ -96,6 +96,11 @@ class InMemoryBus:
         self._threads.append(thread)
         thread.start()
 
+    def consumed_queues(self) -> set[str]:
+        """The queues a live worker thread of this bus consumes (an embedded API's check
+        that its sub-agents are served in this process)."""
+        return {t.name.removeprefix("bus-") for t in self._threads if t.is_alive()}
+
     def _work(self, name: str, source: queue_module.Queue[str], handler: Handler,
               consumer: str, dedupe: bool = True) -> None:
         while not self._stop.is_set():

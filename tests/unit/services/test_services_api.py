@@ -132,10 +132,24 @@ def test_readyz_in_embedded_mode_says_there_are_no_workers(client, monkeypatch):
     (warning,) = client.get("/readyz").json()["warnings"]
     assert warning.startswith("no live worker for sub-agent writer (none registered, or no "
                               "heartbeat within 30 s)")
+    from mgrpo.bus import InMemoryBus
+
+    monkeypatch.setattr(state, "cfg", state.cfg.model_copy(update={"agents": {
+        r: m for r, m in state.cfg.agents.items() if r != "writer"}}))
     monkeypatch.setattr(state, "settings", state.settings.model_copy(update={"mode":
                                                                              "embedded"}))
+    bus = InMemoryBus()
+    monkeypatch.setattr(state, "bus", bus)
     embedded = client.get("/readyz")
     assert embedded.status_code == 503
     mode = embedded.json()["checks"]["mode"]
-    assert mode.startswith("MGRPO_MODE=embedded: this planner API has no sub-agent workers")
+    assert mode.startswith("MGRPO_MODE=embedded: no worker in this process serves this "
+                           "planner API's sub-agents")
     assert "unknown agent" in mode and "MGRPO_MODE=distributed" in mode
+    # in-process workers (mgrpo ui, tests) serve an embedded API: ready
+    try:
+        for role in ("searcher", "coder"):
+            bus.consume(state.queues.subagent(role), lambda message: None)
+        assert client.get("/readyz").json()["checks"]["mode"] == "ok"
+    finally:
+        bus.close()

@@ -1,10 +1,11 @@
 """``/healthz`` (the process is up and can serve queries), ``/readyz`` (the store, the broker
 and this process's bus consumers answer), ``/metrics`` (Prometheus).
 
-In embedded mode (``MGRPO_MODE`` unset) this API has no sub-agent workers and no trainers:
-they consume RabbitMQ queues in distributed mode. Every delegation of ``/v1/queries`` would
-fail as ``unknown agent`` and a round would never finish, so ``/readyz`` is 503 and says
-so (``checks.mode``), as ``mgrpo serve planner`` warns at start (:func:`embedded_problem`).
+In embedded mode (``MGRPO_MODE`` unset) the API's bus is in this process: only workers
+started in this process (``mgrpo ui``, tests) can serve it. Without them every delegation of
+``/v1/queries`` fails as ``unknown agent`` and a round never finishes, so ``/readyz`` is 503
+and says so (``checks.mode``), as ``mgrpo serve planner`` (which starts none) warns at start
+(:func:`embedded_problem`).
 ``/readyz`` also lists, as ``warnings`` (not failing it), the run config's sub-agents that no
 live worker serves (none registered, or no heartbeat within :data:`ALIVE_WITHIN_S`).
 
@@ -28,12 +29,20 @@ router = APIRouter(tags=["health"])
 ALIVE_WITHIN_S = 30.0  # three sub-agent heartbeats (SubagentWorker.heartbeat_s = 10 s)
 
 
-def embedded_problem(settings) -> str | None:
-    """Why a planner API in embedded mode cannot serve queries or rounds; None if distributed."""
+def embedded_problem(settings, state=None) -> str | None:
+    """Why a planner API in embedded mode cannot serve queries or rounds: no worker of this
+    process consumes its sub-agents' queues (``state`` None: none at all, as at the start of
+    ``mgrpo serve planner``). None in distributed mode or when they are served."""
     if settings.mode != "embedded":
         return None
-    return ("MGRPO_MODE=embedded: this planner API has no sub-agent workers and no trainers "
-            "(they consume RabbitMQ in distributed mode), so every delegation of /v1/queries "
+    if state is not None and state.bus is not None:
+        consumed = getattr(state.bus, "consumed_queues", None)
+        roles = [r for r in state.cfg.agents if r != "planner"]
+        if consumed is None or all(state.queues.subagent(r) in consumed() for r in roles):
+            return None
+    return ("MGRPO_MODE=embedded: no worker in this process serves this planner API's "
+            "sub-agents (workers of other processes consume RabbitMQ, in distributed mode), "
+            "so every delegation of /v1/queries "
             "fails (unknown agent) and a round started by POST /v1/rounds never finishes; "
             "set MGRPO_MODE=distributed with RabbitMQ and PostgreSQL (`mgrpo up --config "
             "FILE` starts every service), or train in one process with `mgrpo train`")
@@ -83,7 +92,7 @@ def readyz(state: State) -> JSONResponse:
         checks["broker"] = _broker_ok(state.settings.broker_url)
     problems = process_problems(state, 0.0)
     checks["consumers"] = "; ".join(problems) if problems else "ok"
-    checks["mode"] = embedded_problem(state.settings) or "ok"
+    checks["mode"] = embedded_problem(state.settings, state) or "ok"
     ok = all(v == "ok" for v in checks.values())
     body: dict = {"status": "ready" if ok else "not ready", "checks": checks}
     if missing := missing_subagents(state):
