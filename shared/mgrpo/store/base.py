@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, literal_column
+from sqlalchemy import create_engine, event, func, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -77,6 +77,16 @@ class StoreBase:
         """One short transaction: commit on success, roll back on any error."""
         with self._sessions.begin() as session:
             yield session
+
+    def _clock(self):
+        """Now, by the store's clock: ``now()`` in SQL on PostgreSQL, so that timestamps
+        written by many machines (heartbeats) and the ages computed from them share one
+        clock whatever each machine's says; SQLite is one machine's file: its clock."""
+        if self.dialect == "postgresql":
+            return func.now()
+        from mgrpo.store.models import utcnow
+
+        return utcnow()
 
     def _insert(self, model):
         module = postgresql if self.dialect == "postgresql" else sqlite

@@ -90,7 +90,7 @@ class RegistryMixin(StoreBase):
     def register_agent(self, name: str, model: str, queue: str, tool: str | None = None,
                        description: str = "") -> None:
         """Register (or re-register, updating every field) an agent; also a heartbeat."""
-        now = utcnow()
+        now = self._clock()
         stmt = self._insert(Agent).values(name=name, model=model, queue=queue, tool=tool,
                                           description=description, registered_at=now,
                                           heartbeat_at=now)
@@ -102,15 +102,17 @@ class RegistryMixin(StoreBase):
 
     def heartbeat(self, name: str) -> bool:
         """Stamp the agent alive now; False if no agent of that name is registered."""
-        stmt = update(Agent).where(Agent.name == name).values(heartbeat_at=utcnow())
+        stmt = update(Agent).where(Agent.name == name).values(heartbeat_at=self._clock())
         with self._tx() as session:
             return self._written(session, stmt) == 1
 
     def list_agents(self, alive_within_s: float | None = None) -> list[AgentRecord]:
-        """Registered agents by name; with ``alive_within_s`` only those heard from since."""
+        """Registered agents by name; with ``alive_within_s`` only those heard from since.
+        Heartbeats are stamped and aged by the store's clock (:meth:`_clock`)."""
         stmt = select(Agent).order_by(Agent.name)
         if alive_within_s is not None:
-            stmt = stmt.where(Agent.heartbeat_at >= utcnow() - timedelta(seconds=alive_within_s))
+            stmt = stmt.where(Agent.heartbeat_at
+                              >= self._clock() - timedelta(seconds=alive_within_s))
         with self._tx() as session:
             return [AgentRecord.model_validate(row) for row in session.scalars(stmt)]
 
