@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -147,3 +148,30 @@ def test_one_round_through_the_services(acme, search_api, postgres_url, rabbitmq
                     with contextlib.suppress(Exception):  # never declared
                         connection.channel().queue_delete(f"{unique_name}.{name}")
             store.close()
+
+
+def test_transcripts_from_a_teacher_warm_start_the_planner(acme, search_api, tmp_path):
+    """``mgrpo data transcripts``: the teacher (here the scripted acme policy, any engine
+    works) plays every role; episodes the user's verifier scores wrong are dropped (a
+    question whose answer no document holds); ``mgrpo sft`` trains on what was kept."""
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text((DATA / "questions.jsonl").read_text() + json.dumps(
+        {"id": "nowhere", "question": "What is the capital of Nowhere?", "answer": "Zed",
+         "split": "train"}) + "\n")
+    done = mgrpo("data", "import", "--questions", str(questions), "--out", str(tmp_path / "b"))
+    assert done.returncode == 0, done.stderr
+    done = mgrpo("data", "transcripts", "--teacher", "acme_policy:scripted_engine",
+                 "--config", str(acme / "run.yaml"), "--bench", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "tr"), "--samples", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("kept 20 of 22 episodes (10 of 11 questions)")
+    planner = [json.loads(line) for line in (tmp_path / "tr" / "planner.jsonl").open()]
+    web = [json.loads(line) for line in (tmp_path / "tr" / "web.jsonl").open()]
+    assert len(planner) == len(web) == 20
+    trained = [s["text"] for s in planner[0]["segments"] if s["train"]]
+    assert trained[0].startswith("<call>web|") and trained[-1].startswith("<answer>")
+    assert [s["train"] for s in web[0]["segments"]] == [False, True, False, True]
+    done = mgrpo("sft", "--model", str(acme / "tiny"), "--data", str(tmp_path / "tr" /
+                 "planner.jsonl"), "--agent", "planner", "--name", "planner", "--out",
+                 str(tmp_path / "ckpt"), "--steps", "2", "--batch-size", "4")
+    assert done.returncode == 0, done.stderr[-3000:]

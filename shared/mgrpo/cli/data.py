@@ -133,6 +133,47 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
 
 
 @app.command()
+def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, the http(s) "
+                                            "URL of an OpenAI-compatible server (vllm serve), "
+                                            "or a 'module:factory' engine"),
+                config: Path = typer.Option(..., exists=True, dir_okay=False,
+                                            help="run config: roles, tools, verifier, sampling"),
+                out: Path = typer.Option(..., help="folder for {agent}.jsonl and summary.json"),
+                bench: Path | None = typer.Option(None, help="benchmark folder (default: the "
+                                                  "config's bench_dir)"),
+                tokenizer: Path | None = typer.Option(
+                    None, help="tokenizer folder of a server or factory teacher (default: "
+                    "the planner model's path)"),
+                split: str = typer.Option("train"),
+                n: int | None = typer.Option(None, help="questions (default: the whole split)"),
+                samples: int = typer.Option(4, min=1, help="rollouts per question"),
+                min_score: float = typer.Option(1.0, help="keep episodes the verifier scores "
+                                                "at least this"),
+                seed: int = typer.Option(0)) -> None:
+    """SFT transcripts by rejection sampling: a teacher plays every role, the episodes your
+    verifier scores correct are kept (format: docs/protocol.md)."""
+    from mgrpo.config import Settings
+    from mgrpo.envs import load_benchmark
+    from mgrpo.services.context import load_engine
+    from mgrpo.training.config import load_run_config
+    from mgrpo.training.transcripts import write_transcripts
+
+    cfg = load_run_config(config)
+    device = Settings().device
+    if Path(teacher).is_dir():
+        _, tok, engine = load_engine(teacher, device, "torch")
+    else:
+        path = str(tokenizer or cfg.models[cfg.agents["planner"]].path)
+        _, tok, engine = load_engine(path, device, teacher)
+    summary = write_transcripts(cfg, load_benchmark(bench or cfg.bench_dir), engine, tok, out,
+                                split=split, n=n, samples=samples, seed=seed,
+                                min_score=min_score, progress=True)
+    typer.echo(f"kept {summary['kept']} of {summary['played']} episodes "
+               f"({summary['questions_solved']} of {summary['questions']} questions), "
+               f"records {summary['records']} -> {out}")
+
+
+@app.command()
 def show(folder: Path = typer.Argument(..., help="benchmark folder")) -> None:
     """Question counts per split / stage / kind, and the corpus size."""
     from mgrpo.envs import load_benchmark
