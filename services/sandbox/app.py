@@ -1,4 +1,5 @@
-"""The tool-sandbox service: ``POST /v1/execute``, ``/healthz``, ``/metrics``. A thin shell.
+"""The tool-sandbox service: ``POST /v1/execute``, ``/healthz``, ``/readyz``, ``/metrics``.
+A thin shell.
 
 All isolation lives in :class:`mgrpo.sandbox.local.LocalSandbox`; the queue in
 :class:`mgrpo.sandbox.service.ConcurrencyGate`. This file only maps HTTP to them: 422 for a
@@ -9,6 +10,8 @@ It has no authentication: run it on a private network only (see docs/sandbox.md)
 """
 
 from __future__ import annotations
+
+import time
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +30,21 @@ from mgrpo.sandbox.types import ExecRequest, ExecResult
 from mgrpo.services.body_limit import BodySizeLimit
 from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
+
+
+READY_TTL_S = 10.0  # /readyz runs its self-test at most this often
+
+
+def _self_test(sandbox: LocalSandbox) -> str | None:
+    """None when the sandbox runs ``print('ready')``; else why not."""
+    try:
+        result = sandbox.execute(ExecRequest(code="print('ready')", timeout_s=10))
+    except Exception as error:  # noqa: BLE001 - any failure means not ready; say which
+        return f"self-test: {type(error).__name__}: {str(error)[:200]}"
+    if result.status != "ok" or result.stdout.strip() != "ready":
+        return (f"self-test: status {result.status}, exit {result.exit_code}: "
+                f"{(result.stderr or result.stdout)[-200:]}")
+    return None
 
 
 def create_app(settings: SandboxServiceSettings | None = None,
@@ -73,6 +91,26 @@ def create_app(settings: SandboxServiceSettings | None = None,
     async def healthz() -> dict:  # on the event loop: never waits for a busy thread
         return {"status": "ok", "isolation": sandbox.mode, "running": gate.running,
                 "queued": gate.waiting}
+
+    ready = {"at": -READY_TTL_S, "problem": None}  # the last self-test, at most every TTL
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:  # a thread: the self-test runs code
+        """200 when a call would be accepted and run: the queue has room and a self-test
+        (``print('ready')``, at most every READY_TTL_S) ran in the sandbox; else 503 with
+        the problems."""
+        problems = []
+        if gate.admitted >= gate.max_concurrency + gate.max_queue:
+            problems.append(f"queue full: {gate.running} running, {gate.waiting} waiting")
+        if time.monotonic() - ready["at"] >= READY_TTL_S:
+            ready["problem"] = _self_test(sandbox)
+            ready["at"] = time.monotonic()
+        if ready["problem"]:
+            problems.append(ready["problem"])
+        body = {"status": "not ready" if problems else "ready", "isolation": sandbox.mode}
+        if problems:
+            body["problems"] = problems
+        return JSONResponse(body, status_code=503 if problems else 200)
 
     @app.get("/metrics")
     def metrics() -> Response:

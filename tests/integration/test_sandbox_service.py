@@ -33,6 +33,8 @@ def test_mgrpo_serve_sandbox_serves_calls():
         with SandboxClient(url) as client:
             result = client.execute(ExecRequest(code="print(sum(range(10)))"))
         assert (result.status, result.stdout) == ("ok", "45\n")
+        ready = httpx.get(f"{url}/readyz", timeout=30)  # its self-test ran code
+        assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
     finally:
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught.

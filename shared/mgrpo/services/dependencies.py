@@ -51,3 +51,9 @@ def sandbox_problem(url: str | None, timeout_s: float = SANDBOX_TIMEOUT_S) -> st
 def readiness(*checks: Callable[[], str | None]) -> Callable[[], list[str]]:
     """One ``not_ready`` callable over several checks: the problems they found."""
     return lambda: [problem for check in checks if (problem := check()) is not None]
+
+
+def worker_needs(store, sandbox_url: str | None = None) -> Callable[[], list[str]]:
+    """A worker's needs for its ``/readyz``: the store, and the sandbox service at
+    ``sandbox_url`` (pass it only where the worker runs code there)."""
+    return readiness(lambda: store_problem(store), lambda: sandbox_problem(sandbox_url))

@@ -152,9 +152,9 @@ def _container_errors(name: str, container: dict, objects: list[dict],
     if long_running and not {"readinessProbe", "livenessProbe"} <= set(container):
         errors.append(f"{name}: a long-running service needs readinessProbe and livenessProbe")
     ready_path = container.get("readinessProbe", {}).get("httpGet", {}).get("path")
-    if long_running and target != "serve sandbox" and ready_path not in (None, "/readyz"):
-        # The sandbox is stateless (no /readyz). For workers, /healthz stays 200 through a
-        # broker outage's grace period while /readyz is 503 at once: stop sending them work.
+    if long_running and ready_path not in (None, "/readyz"):
+        # For workers, /healthz stays 200 through a broker outage's grace period while
+        # /readyz is 503 at once: stop sending them work. The sandbox's /readyz runs code.
         errors.append(f"{name}: readinessProbe path is {ready_path!r}; use /readyz")
     if not container.get("resources", {}).get("requests"):
         errors.append(f"{name}: container {container['name']} has no resource requests")
