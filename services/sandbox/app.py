@@ -31,7 +31,6 @@ from mgrpo.services.body_limit import BodySizeLimit
 from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
 
-
 READY_TTL_S = 10.0  # /readyz runs its self-test at most this often
 
 
