@@ -86,24 +86,36 @@ def has_dropout(model: torch.nn.Module) -> bool:
                for name in ("attention_dropout", "hidden_dropout", "dropout"))
 
 
-def _no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
-                      temperature: float) -> torch.Tensor:
+def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
+                     temperature: float, shard: tuple[int, int] = (0, 1)) -> torch.Tensor:
     """logp (B, T) of ``rows`` (others 0) without gradient, in eval mode (no dropout), in
-    the micro-batches the training passes use (:func:`micro_batches`)."""
+    the micro-batches the training passes use (:func:`micro_batches`). Data parallel
+    (``shard = (rank, world)``): each rank runs only micro-batches rank, rank + world, ...
+    (padding passes keep the ranks' forward counts equal: DDP and FSDP2 forwards are
+    collective), then an all-reduce gives every rank every row (each filled by one rank)."""
     out = torch.zeros_like(batch["old_logprobs"])
     if not len(rows):
         return out
-    lengths = batch["attention_mask"][rows].sum(dim=1).cpu()
+    rank, world = shard
+    parts = micro_batches(batch["attention_mask"][rows].sum(dim=1).cpu(),
+                          mcfg.micro_batch_size, mcfg.micro_batch_tokens)
+    mine = parts[rank::world]
     was_training = getattr(model, "training", False)  # a LoRA reference has no modes
     if hasattr(model, "eval"):
         model.eval()
     with torch.no_grad():
-        for part in micro_batches(lengths, mcfg.micro_batch_size, mcfg.micro_batch_tokens):
-            sel = rows[part]
-            out[sel] = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
-                                temperature, False)[0].float()
+        for j in range(-(-len(parts) // world)):
+            sel = rows[mine[j] if j < len(mine) else parts[0]]
+            logp = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
+                            temperature, False)[0].float()
+            if j < len(mine):
+                out[sel] = logp
     if hasattr(model, "train"):
         model.train(was_training)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(out)
     return out
 
 
@@ -206,12 +218,12 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             # in below; only the rows of later mini-batches need a pass before the first step.
             rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
             # pi_old in eval mode: dropout (LoRA's, the model's) adds no noise to the ratio
-            batch["old_logprobs"] = _no_grad_logprobs(model, batch, rows, model_cfg,
-                                                      temperature) * mask_all
+            batch["old_logprobs"] = no_grad_logprobs(model, batch, rows, model_cfg,
+                                                     temperature, shard) * mask_all
         ref = None
-        if loss_cfg.kl_in_loss():
-            ref = _no_grad_logprobs(ref_model, batch, torch.arange(len(samples)), model_cfg,
-                                    temperature)
+        if loss_cfg.kl_in_loss():  # each rank computes its share of the rows (then shares)
+            ref = no_grad_logprobs(ref_model, batch, torch.arange(len(samples)), model_cfg,
+                                   temperature, shard)
     model.train()
     totals = UpdateTotals()
     totals.epochs = model_cfg.ppo_epochs
