@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from vllm_process import TOLERANCE, VLLMServer, print_figure
+from vllm_process import TOLERANCE, VLLMServer, print_figure, vllm_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -40,6 +40,7 @@ def warm():
 
     from mgrpo.training.tiny_assets import prepare_cached
 
+    vllm_venv()  # skip (or fail in CI) before building the models when there is no vLLM
     return prepare_cached(PARITY_SFT_STEPS)
 
 
