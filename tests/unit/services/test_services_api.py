@@ -146,6 +146,11 @@ def test_readyz_in_embedded_mode_says_there_are_no_workers(client, monkeypatch):
     assert mode.startswith("MGRPO_MODE=embedded: no worker in this process serves this "
                            "planner API's sub-agents")
     assert "unknown agent" in mode and "MGRPO_MODE=distributed" in mode
+    # a round nothing would play is refused, not left running forever
+    before = len(client.get("/v1/rounds").json())
+    refused = client.post("/v1/rounds", json={"run_id": "nobody-plays"}, headers=AUTH)
+    assert refused.status_code == 409 and refused.json()["detail"] == mode
+    assert len(client.get("/v1/rounds").json()) == before
     # in-process workers (mgrpo ui, tests) serve an embedded API: ready
     try:
         for role in ("searcher", "coder"):

@@ -55,7 +55,9 @@ def errors(*codes: int) -> dict:
     why = {400: "The body is not valid JSON (e.g. not UTF-8)",
            401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
            403: "Wrong token, or mutating endpoints disabled (no token configured)",
-           404: "No such round or evaluation", 409: "A round of this run is still in progress",
+           404: "No such round or evaluation",
+           409: "A round of this run is still in progress (or, embedded, no worker of this "
+                "process serves its sub-agents)",
            413: "Request body larger than MGRPO_MAX_BODY_BYTES",
            429: "Too many requests in flight (or an evaluation already running); retry "
                 "after Retry-After seconds"}

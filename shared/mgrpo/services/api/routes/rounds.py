@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from mgrpo.services.api.deps import Authorized, State
+from mgrpo.services.api.routes.health import embedded_problem
 from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
 from mgrpo.services.rounds import (
     RoundConflict,
@@ -31,6 +32,8 @@ def _summary(state, round_id: str) -> RoundOut:
 
 
 def _start(state, body: RoundIn) -> RoundOut:
+    if (problem := embedded_problem(state.settings, state)) is not None:
+        raise HTTPException(409, problem)  # it would stay running: nothing plays it
     overrides = {k: v for k, v in {"queries_per_round": body.queries_per_round,
                                    "k": body.k, "init_from": body.init_from}.items()
                  if v is not None}
