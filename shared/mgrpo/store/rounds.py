@@ -10,6 +10,7 @@ What this module does NOT do: trajectories, rewards or statistics (``mgrpo.store
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import Integer, String, column, func, select, update, values
 
@@ -231,6 +232,26 @@ class RoundsMixin(StoreBase):
         with self._tx() as session:
             return [RolloutRecord.model_validate(row) for row in session.scalars(stmt)]
 
+    def stalled_seconds(self) -> dict[str, float]:
+        """Seconds since each unfinished round last progressed (it started, a rollout
+        completed, a model published its group statistics), by the store's clock."""
+        from mgrpo.store.models import GroupStat
+
+        last_rollout = (select(func.max(Rollout.completed_at))
+                        .where(Rollout.round_id == Round.round_id).scalar_subquery())
+        last_stat = (select(func.max(GroupStat.created_at))
+                     .where(GroupStat.round_id == Round.round_id).scalar_subquery())
+        stmt = select(Round.round_id, func.coalesce(Round.started_at, Round.created_at),
+                      last_rollout, last_stat).where(
+            Round.status.not_in(list(TERMINAL_ROUND_STATUSES)))
+        with self._tx() as session:
+            rows = session.execute(stmt).all()
+            now = session.execute(select(func.now())).scalar() \
+                if self.dialect == "postgresql" else utcnow()
+        return {round_id: max(0.0, (_aware(now) - max(_aware(t) for t in times if t is not None))
+                              .total_seconds())
+                for round_id, *times in rows}
+
     def round_progress(self, round_id: str) -> RoundProgress:
         """How many of the round's rollouts exist and how many are completed."""
         completed = func.count().filter(Rollout.status == "completed")
@@ -238,3 +259,8 @@ class RoundsMixin(StoreBase):
         with self._tx() as session:
             total, done = session.execute(stmt).one()
         return RoundProgress(total=total, completed=done or 0)
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands timestamps back without their zone; they are UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

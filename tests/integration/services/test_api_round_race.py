@@ -11,6 +11,7 @@ now) gets 409 and leaves that round's status alone (before, it set it back to ``
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -125,3 +126,22 @@ def test_init_from_version_beyond_the_store_integer_is_422_not_500(api):
             assert response.status_code == 422, response.text
             assert says in response.text, response.text
         assert http.get("/v1/rounds").status_code == 200
+
+
+def _gauge(base: str, name: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    [line] = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+def test_stalled_round_metric_counts_seconds_without_progress(api):
+    """``mgrpo_round_stalled_seconds``: no worker plays the round here, so it grows from its
+    start (the store's clock); 0 once no round is unfinished."""
+    base, store, cfg, bus, queues, _ = api
+    assert _gauge(base, "mgrpo_round_stalled_seconds") == 0.0
+    record = start_round(store, bus, cfg, queues, run_id="race")
+    time.sleep(1.5)
+    stalled = _gauge(base, "mgrpo_round_stalled_seconds")
+    assert 1.4 <= stalled < 60, stalled
+    store.set_round_status(record.round_id, "cancelled")
+    assert _gauge(base, "mgrpo_round_stalled_seconds") == 0.0

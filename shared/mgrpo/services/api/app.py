@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI, Request
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mgrpo.config import Settings
 from mgrpo.services.api.deps import ApiState
@@ -37,6 +37,15 @@ def build_state(settings: Settings) -> ApiState:
     return ApiState(settings, load_service_config(settings), store, make_bus(settings, store))
 
 
+def stalled_seconds(store) -> float:
+    """The longest time without progress among unfinished rounds (a scrape while the store
+    is down: -1, so the gauge never hides an outage as "no stall")."""
+    try:
+        return max(store.stalled_seconds().values(), default=0.0)
+    except Exception:  # noqa: BLE001 - /readyz says why
+        return -1.0
+
+
 def create_app(state: ApiState | None = None, settings: Settings | None = None) -> FastAPI:
     state = state or build_state(settings or Settings())
     app = FastAPI(title="mgrpo planner API", version="1", docs_url=None, redoc_url=None,
@@ -49,6 +58,9 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
                        ["route", "status"], registry=metrics_registry)
     seconds = Histogram("mgrpo_api_request_seconds", "Request duration", ["route"],
                         registry=metrics_registry)
+    Gauge("mgrpo_round_stalled_seconds", "Seconds since the least recently progressing "
+          "unfinished round progressed (0: none unfinished)",
+          registry=metrics_registry).set_function(lambda: stalled_seconds(state.store))
 
     # A too-large body is refused before it is read and before the token check. Added before
     # the counter below, so it sits inside it: BaseHTTPMiddleware would turn the 413 raised
