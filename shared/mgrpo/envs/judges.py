@@ -196,6 +196,8 @@ class ExpertJudges:
 
     def __init__(self, default: RuleVerdicts, by_role: dict[str, Any] | None = None):
         self.default, self.by_role = default, dict(by_role or {})
+        # model name -> engine loaded for a judge in this process (not shared with sampling)
+        self.own_engines: dict[str, Any] = {}
 
     def for_role(self, agent: str) -> Any:
         return self.by_role.get(agent, self.default)

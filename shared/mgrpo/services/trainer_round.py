@@ -29,6 +29,7 @@ from mgrpo.services.context import run_config_of, scored_models
 from mgrpo.services.tree_calls import is_tree_round
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
+from mgrpo.training.judging import refresh_judge_weights
 from mgrpo.training.loop import publish_stats
 from mgrpo.training.rounds import observed_d, train_model
 from mgrpo.training.tree_round import train_tree_model
@@ -38,6 +39,11 @@ log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep on
 
 class LeaseLost(RuntimeError):
     """This trainer no longer holds its model's lease: another one may be training."""
+
+
+def _latest(store, model: str, run_id: str) -> tuple[str, int] | None:
+    found = store.latest_checkpoint(model, run_id=run_id)
+    return None if found is None else (found.uri, found.version)
 
 
 class RoundTraining:
@@ -65,8 +71,10 @@ class RoundTraining:
             if is_tree_round(cfg, record.index):  # AT-GRPO: per-turn groups of K candidates
                 metrics, stats = train_tree_model(lm, self.roles, trajs, cfg, record.index)
             else:
-                metrics, stats = train_model(lm, self.roles, trajs, outcomes, cfg,
-                                             self.judge(cfg), d_seen, record.index)
+                judges = self.judge(cfg)  # another model's judge: its newest weights
+                refresh_judge_weights(judges, cfg, lambda m: _latest(store, m, record.run_id))
+                metrics, stats = train_model(lm, self.roles, trajs, outcomes, cfg, judges,
+                                             d_seen, record.index)
         finally:
             lm.optimizer = optimizer
             lm.model.eval()

@@ -144,7 +144,17 @@ def play_tree_calls(worker, calls: list[SubAgentCall], round_config: dict) -> No
 
     cfg = run_config_of(round_config)
     questions = bench_questions(cfg.bench_dir)
-    sampler = TreeSampler({worker.name: worker.runtime}, [], cfg, tree_judge(worker, cfg))
+    judges = tree_judge(worker, cfg)
+    record = worker.store.get_round(calls[0].round_id) if calls[0].round_id else None
+    if record is not None:  # a judge on another trained model: its newest weights
+        from mgrpo.training.judging import refresh_judge_weights
+
+        def latest(model: str):
+            found = worker.store.latest_checkpoint(model, run_id=record.run_id)
+            return None if found is None else (found.uri, found.version)
+
+        refresh_judge_weights(judges, cfg, latest)
+    sampler = TreeSampler({worker.name: worker.runtime}, [], cfg, judges)
     branches = []
     for call in calls:
         episode = TreeEpisode(question=questions[call.query_id],

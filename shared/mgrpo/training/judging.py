@@ -2,10 +2,17 @@
 
 One builder for both modes: embedded mode passes the engines of every model it has loaded,
 a trainer service passes its own model's engine. An llm judge uses, in this order: the server
-at ``url`` (any OpenAI-compatible completions server, e.g. vLLM), an engine already loaded in
-this process for ``model`` (an agent's model: its current weights, shared with sampling), or
-``models.<model>.path`` loaded here, frozen, with a torch engine. Several roles judged by the
-same model share one engine.
+at ``url`` (any OpenAI-compatible completions server, e.g. vLLM: whatever weights it serves),
+an engine already loaded in this process for ``model`` (an agent's model: its current
+weights, shared with sampling), or ``models.<model>.path`` loaded here with a torch engine.
+Several roles judged by the same model share one engine.
+
+One behaviour in both modes: a judge on a model the run trains judges with that model's
+current weights. Embedded mode holds every model; a distributed trainer or worker that does
+not hold it calls :func:`refresh_judge_weights` before each round, which loads the model's
+latest checkpoint of the run into the judge's engine (full-weight checkpoints; a LoRA
+adapter checkpoint loads into the base model's adapter only when the judge model has one).
+A judge model no agent uses stays at its ``path`` (frozen).
 
 What this module does not do: score (``mgrpo.training.scoring``) or update judge weights.
 """
@@ -60,6 +67,7 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
     process never loads a judge model it will not use."""
     loaded: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
     by_role: dict[str, LLMExpertJudge] = {}
+    own: dict[str, Any] = {}
     for role, judge in cfg.judges.items():
         if roles is not None and role not in roles or judge.kind == "rule":
             continue
@@ -70,11 +78,30 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
         key = (judge.model, judge.url)
         if key not in loaded:
             loaded[key] = _judge_engine(cfg, judge, engines or {}, device)
+            if not judge.url and judge.model not in (engines or {}):
+                own[judge.model] = loaded[key][0]
         engine, tokenizer = loaded[key]
         by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
                                        tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
                                        max_result_chars=judge.max_result_chars)
-    return ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
+    judges = ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
+    judges.own_engines = own
+    return judges
+
+
+def refresh_judge_weights(judges: ExpertJudges, cfg: RunConfig, latest) -> list[str]:
+    """Bring each judge engine this process loaded for a model the run trains to that
+    model's newest checkpoint: ``latest(model)`` gives ``(uri, version)`` or None (none yet:
+    the starting weights stay). Returns the models reloaded."""
+    trained = set(cfg.trained_models())
+    done = []
+    for model, engine in getattr(judges, "own_engines", {}).items():
+        found = latest(model) if model in trained else None
+        if found is not None and found[1] != getattr(engine, "version", None):
+            engine.load_weights(found[0], found[1])
+            log.info("r_expert judge: model %r at its checkpoint v%d", model, found[1])
+            done.append(model)
+    return done
 
 
 def build_verifier(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,

@@ -200,3 +200,36 @@ def test_llm_judge_prompt_is_chat_templated_escaped_capped_with_evidence(tokeniz
     assert "- Velmora: population 42" in text.split("<evidence>")[1].split("</evidence>")[0]
     assert "x" * 64 + " [... 436 more characters cut]" in judge.prompt("searcher", "t", "x" * 500)
     assert "x" * 65 not in chat.decode(second)
+
+
+def test_a_judge_on_another_trained_model_follows_its_checkpoints(bench, tiny_dir, tmp_path):
+    """A trainer of the searcher whose r_expert judge is the planner's model does not hold
+    the planner: the judge engine it loads moves to the planner's newest checkpoint before
+    each round (as embedded mode, which shares the live planner, would judge); a frozen judge
+    model and a model with no checkpoint yet stay at their path."""
+    import torch
+
+    from mgrpo.models import load_model
+    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.training.judging import refresh_judge_weights
+
+    models = {m: {"path": str(tiny_dir)} for m in ("planner", "searcher", "coder")}
+    models["judge"] = {"path": str(tiny_dir), "trainable": False}
+    cfg = RunConfig.model_validate({"models": models, "judges": {
+        "searcher": {"kind": "llm", "model": "planner"},
+        "coder": {"kind": "llm", "model": "judge"}}})
+    judges = build_expert_judges(cfg, bench, {"searcher": (None, None)})  # holds the searcher
+    planner_engine = judges.for_role("searcher").engine
+    assert set(judges.own_engines) == {"planner", "judge"}
+    trained, _ = load_model(tiny_dir)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.01)
+    uri = save_checkpoint(trained, str(tmp_path / "ckpt"), "planner", 3)
+    checkpoints = {"planner": (uri, 3), "judge": (uri, 3)}
+    assert refresh_judge_weights(judges, cfg, checkpoints.get) == ["planner"]
+    assert planner_engine.version == 3
+    for a, b in zip(planner_engine.model.parameters(), trained.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert refresh_judge_weights(judges, cfg, checkpoints.get) == []  # already there
+    assert refresh_judge_weights(judges, cfg, lambda m: None) == []
