@@ -87,6 +87,7 @@ def test_a_mistyped_import_path_is_refused_in_one_line(acme):
     assert not (acme / "bad-out").exists()
 
 
+@pytest.mark.integration
 def test_one_round_through_the_services(acme, search_api, postgres_url, rabbitmq_url,
                                         unique_name, tmp_path):
     """Sub-agent ``web`` served with ``--tool websearch`` (the YAML's class and URL), a planner
