@@ -13,6 +13,8 @@ model on the round's trajectories, checkpoint, record metrics, publish, announce
 - :meth:`RoundTraining.staleness`: the ``{model}/staleness_max`` metric (and the bound of
   the asynchronous mode).
 - :meth:`RoundTraining.judge`: the round's r_expert judges, rebuilt when the config changes.
+- :meth:`RoundTraining.watch`: per run, the warnings of a run that learns nothing (its
+  roles' groups at zero reward variance, grad_norm 0), logged after each round.
 
 What this module does NOT do: decide which round is ready or count failures
 (``trainer``, ``readiness``), or put a run's weights in the model (``trainer_weights``).
@@ -33,6 +35,7 @@ from mgrpo.training.judging import refresh_judge_weights
 from mgrpo.training.loop import publish_stats
 from mgrpo.training.rounds import observed_d, train_model
 from mgrpo.training.tree_round import train_tree_model
+from mgrpo.training.watch import RunWatch
 
 log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
 
@@ -91,6 +94,8 @@ class RoundTraining:
         # metrics. The metric upsert is idempotent, so a retry after a crash here is safe.
         recorded = {**metrics, **stale, f"{lm.name}/trajectories": float(len(trajs))}
         store.record_metrics(record.run_id, round_id, recorded)
+        for warning in self.watch(record.run_id).check(record.index, recorded):
+            log.warning(warning)
         for sink in (self.tensorboard, self.wandb):
             if sink is not None:
                 sink.log(record.run_id, record.index, recorded)
@@ -112,6 +117,15 @@ class RoundTraining:
                  " ".join(f"{name} {t - marks[i][1]:.3f}"
                           for i, (name, t) in enumerate(marks[1:])))
         return metrics
+
+    def watch(self, run_id: str) -> RunWatch:
+        """The run's :class:`~mgrpo.training.watch.RunWatch` over this trainer's roles (zero
+        reward variance, grad_norm 0 for N rounds in a row: logged as warnings)."""
+        watches = self.__dict__.setdefault("_watches", {})
+        if run_id not in watches:
+            watches[run_id] = RunWatch({r: self.lm.name for r in self.roles},
+                                       [] if self.frozen else [self.lm.name])
+        return watches[run_id]
 
     def staleness(self, cfg: RunConfig, trajs: list) -> dict[str, float]:
         """``{model}/staleness_max``: the trainer's version minus the oldest version that
