@@ -52,6 +52,13 @@ MODEL = {
     "model_name_or_path": ("path", TRL),
     "per_device_train_batch_size": ("micro_batch_size", TRL),
     "ppo_micro_batch_size_per_gpu": ("micro_batch_size", VERL),
+    "num_iterations": ("ppo_epochs", TRL),
+    "lr_scheduler_type": ("lr_schedule", TRL),
+    "warmup_ratio": ("warmup_steps", TRL),
+    "lr_warmup_steps": ("warmup_steps", VERL),
+    "bf16": ("dtype: bfloat16", TRL),
+    "ppo_max_token_len_per_gpu": ("micro_batch_tokens", VERL),
+    "enable_gradient_checkpointing": ("gradient_checkpointing", VERL),
 }
 
 LOSS = {
@@ -65,6 +72,9 @@ LOSS = {
     "loss_type": ("agg", TRL),
     "loss_agg_mode": ("agg", VERL),
     "scale_rewards": ("scale", TRL),
+    "entropy_coeff": ("entropy_coef", VERL),
+    "use_kl_in_reward": ("kl_in_reward", VERL),
+    "kl_penalty": ("kl_estimator (with kl_in_reward)", VERL),
 }
 
 SAMPLING = {
