@@ -458,12 +458,8 @@ def check_plugin_specs(cfg: RunConfig) -> None:
     from mgrpo.envs.verifiers import check_verifier
     from mgrpo.tools import check_tool
 
-    for name, entry in cfg.tools.items():
-        if "class" in entry:
-            check_tool(name, cfg.tools)
-    for name in cfg.role_tools.values():
-        if name not in cfg.tools or "class" not in cfg.tools[name]:
-            check_tool(name, cfg.tools)
+    for name in dict.fromkeys([*cfg.tools, *cfg.role_tools.values()]):
+        check_tool(name, cfg.tools)
     check_verifier(cfg.verifier)
     for role, judge in cfg.judges.items():
         check_judge_kind(judge.kind, f"judges.{role}.kind")

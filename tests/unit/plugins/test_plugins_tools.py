@@ -150,3 +150,13 @@ def test_builtin_tools_still_build_from_their_config(bench, tmp_path):
 
     tools = build_tools(bench, ["searcher", "coder"], None, {"search": {"k": 1}})
     assert tools["searcher"].config.k == 1 and tools["coder"].run("print(6*7)") == "42"
+
+
+@pytest.mark.parametrize("tools, found", [
+    ({"serach": {"k": 1}}, "unknown tool 'serach'"),
+    ({"search": {"kk": 1}}, "tools.search: 'search': found SearchTool"),
+])
+def test_a_mistyped_tool_entry_is_refused(tmp_path, tools, found):
+    with pytest.raises(ValidationError) as info:
+        _cfg(tmp_path, tools=tools)
+    assert found in one_line(info.value)
