@@ -111,6 +111,30 @@ def read_metrics_csv(path: Path) -> dict[int, dict[str, float]]:
     return out
 
 
+def run_warnings(store, run_id: str) -> list[dict]:
+    """The warnings of a run that learns nothing (:class:`mgrpo.training.watch.RunWatch`:
+    zero reward variance, grad_norm 0, format collapse, a sub-agent never called), replayed
+    over its stored round metrics in round order: ``[{"round": index, "text": ...}]``, the
+    lines ``mgrpo train`` printed (the dashboard's banner)."""
+    from mgrpo.training.watch import RunWatch
+
+    run = store.get_run(run_id)
+    config = (run.config if run is not None else None) or {}
+    agents = config.get("agents") or {"planner": "planner", "searcher": "searcher",
+                                      "coder": "coder"}
+    models = config.get("models") or {}
+    trained = [m for m in dict.fromkeys(agents.values())
+               if (models.get(m) or {}).get("trainable", True)]
+    watch = RunWatch(dict(agents), trained)
+    index = {r.round_id: r.index for r in store.list_rounds(run_id)}
+    by_round: dict[int, dict[str, float]] = {}
+    for round_id, values in store.metrics(run_id).items():
+        if round_id in index:
+            by_round.setdefault(index[round_id], {}).update(values)
+    return [{"round": step, "text": text} for step in sorted(by_round)
+            for text in watch.check(step, by_round[step])]
+
+
 def run_metrics(store, run_id: str, csv_path: Path | None = None) -> dict:
     """Curves of a run: ``{"charts": {title: {key: [[round, value], ...]}}, "keys": [...]}``.
 

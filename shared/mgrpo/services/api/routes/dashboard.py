@@ -59,6 +59,13 @@ def run_metrics(run_id: Annotated[RunId, Path()], state: State) -> dict[str, Any
     return data.run_metrics(state.store, run_id, csv_path)
 
 
+@router.get("/v1/runs/{run_id}/warnings", responses=errors(404),
+            summary="Signs that a run learns nothing, per round (docs/metrics.md, Warnings)")
+def run_warnings(run_id: Annotated[RunId, Path()], state: State) -> list[dict[str, Any]]:
+    _run(state, run_id)
+    return data.run_warnings(state.store, run_id)
+
+
 @router.get("/v1/runs/{run_id}/checkpoints", responses=errors(404),
             summary="A run's checkpoints")
 def run_checkpoints(run_id: Annotated[RunId, Path()], state: State) -> list[dict[str, Any]]:

@@ -1,0 +1,49 @@
+"""The dashboard's warnings banner reads ``/v1/runs/{run_id}/warnings``: the run-watch lines
+``mgrpo train`` printed (zero reward variance, grad_norm 0, format collapse, a sub-agent never
+called), replayed over the stored round metrics. Before, a run whose groups all had zero
+reward variance for every round showed nothing but flat curves."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from mgrpo.config import Settings
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.deps import ApiState
+from mgrpo.training.config import ModelConfig, RunConfig
+
+MODELS = ("planner", "searcher", "coder")
+
+
+def _client(store) -> TestClient:
+    cfg = RunConfig(models={m: ModelConfig(path="-") for m in MODELS})
+    return TestClient(create_app(ApiState(Settings(), cfg, store=store, bus=None)))
+
+
+def test_warnings_of_a_run_that_learns_nothing(store):
+    config = RunConfig(models={m: ModelConfig(path="-", trainable=m != "coder")
+                               for m in MODELS}).model_dump(mode="json")
+    store.create_run("flat", "flat", config)
+    for index in range(4):
+        round_id = f"flat-r{index:04d}"
+        store.create_round("flat", round_id, index, ["q"], 2, config)
+        store.record_metrics("flat", round_id, {
+            "planner/frac_reward_zero_std": 1.0, "planner/reward_mean": 0.0,
+            "planner/grad_norm": 0.0, "planner/format_valid": 1.0,
+            "searcher/frac_reward_zero_std": 0.5, "searcher/grad_norm": 0.1,
+            "searcher/calls_per_episode": 0.0 if index else 1.0,
+            "coder/calls_per_episode": 0.0})  # coder is frozen: not warned
+    warnings = _client(store).get("/v1/runs/flat/warnings").json()
+    assert [(w["round"], w["text"].split(":")[1].strip()) for w in warnings] == [
+        (2, "planner"), (3, "searcher was not called in 3 rounds (searcher/calls_per_episode=0)")]
+    assert warnings[0]["text"].startswith("warning: planner: every group had the same reward")
+
+
+def test_a_healthy_run_has_none_and_an_unknown_run_is_404(store):
+    store.create_run("fine", "fine", {})
+    store.create_round("fine", "fine-r0000", 0, ["q"], 2, {})
+    store.record_metrics("fine", "fine-r0000", {"planner/frac_reward_zero_std": 0.25,
+                                                "planner/grad_norm": 0.3})
+    client = _client(store)
+    assert client.get("/v1/runs/fine/warnings").json() == []
+    assert client.get("/v1/runs/nope/warnings").status_code == 404
