@@ -50,16 +50,45 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def list_runs(store) -> list[dict]:
-    """Runs with their round counts and the newest round's status."""
+def list_runs(store, run_dir: Path | None = None) -> list[dict]:
+    """Runs with their round counts, rounds done of those their stages plan, the newest
+    round's status and the run's status (:func:`run_status`). ``run_dir``: the embedded run
+    folder ``mgrpo ui`` reads (its lock file says whether the run still trains)."""
     rounds = store.list_rounds()
     out = []
     for run in store.list_runs():
         mine = [r for r in rounds if r.run_id == run.run_id]
-        out.append({"run_id": run.run_id, "status": run.status,
+        done = sum(r.status == "done" for r in mine)
+        planned = planned_rounds(run.config or {})
+        out.append({"run_id": run.run_id, "status": run_status(mine, planned, run_dir),
                     "created_at": _iso(run.created_at), "rounds": len(mine),
+                    "rounds_done": done, "rounds_planned": planned,
                     "last_round_status": mine[-1].status if mine else None})
     return out
+
+
+def planned_rounds(config: dict) -> int | None:
+    """The rounds a run config's stages plan (None: no stages recorded)."""
+    stages = config.get("stages")
+    if not isinstance(stages, list):
+        return None
+    return sum(int(s.get("rounds", 0)) for s in stages if isinstance(s, dict))
+
+
+def run_status(rounds: list, planned: int | None, run_dir: Path | None = None) -> str:
+    """``running``: a round in progress, or an embedded run's folder held by a live process
+    (between rounds, evaluating); ``done``: every planned round done; else ``idle`` (a
+    distributed run waits for its next POST /v1/rounds; an embedded one was stopped)."""
+    if any(r.status not in TERMINAL_ROUND_STATUSES for r in rounds):
+        return "running"
+    if run_dir is not None:
+        from mgrpo.training.run_lock import live_owner
+
+        if live_owner(Path(run_dir)) is not None:
+            return "running"
+    if planned is not None and sum(r.status == "done" for r in rounds) >= planned > 0:
+        return "done"
+    return "idle"
 
 
 def run_rounds(store, run_id: str) -> list[dict]:

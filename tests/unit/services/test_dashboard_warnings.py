@@ -47,3 +47,37 @@ def test_a_healthy_run_has_none_and_an_unknown_run_is_404(store):
     client = _client(store)
     assert client.get("/v1/runs/fine/warnings").json() == []
     assert client.get("/v1/runs/nope/warnings").status_code == 404
+
+
+def test_runs_say_their_true_status(store, tmp_path):
+    """/v1/runs said `running` for a finished run: its stored status is set at creation."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from mgrpo.dashboard.data import list_runs
+    from mgrpo.training.run_lock import LOCK_FILE
+
+    config = {"stages": [{"stage": 1, "rounds": 2}]}
+    for run_id, statuses in (("finished", ["done", "done"]), ("live", ["done", "running"]),
+                             ("stopped", ["done"])):
+        store.create_run(run_id, run_id, config)
+        for index, status in enumerate(statuses):
+            round_id = f"{run_id}-r{index:04d}"
+            store.create_round(run_id, round_id, index, ["q"], 2, config)
+            store.set_round_status(round_id, status)
+    runs = {r["run_id"]: r for r in _client(store).get("/v1/runs").json()}
+    assert {k: (r["status"], r["rounds_done"], r["rounds_planned"]) for k, r in runs.items()} \
+        == {"finished": ("done", 2, 2), "live": ("running", 1, 2), "stopped": ("idle", 1, 2)}
+    # an embedded run between rounds (evaluating) holds its folder: running
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": child.pid, "started": 0,
+                                                      "host": socket.gethostname()}))
+        assert {r["run_id"]: r["status"] for r in list_runs(store, tmp_path)}["stopped"] \
+            == "running"
+    finally:
+        child.kill()
+        child.wait()
+    assert {r["run_id"]: r["status"] for r in list_runs(store, tmp_path)}["stopped"] == "idle"

@@ -34,7 +34,7 @@ def info(state: State) -> dict[str, Any]:
 
 @router.get("/v1/runs", summary="Runs with their round counts")
 def list_runs(state: State) -> list[dict[str, Any]]:
-    return data.list_runs(state.store)
+    return data.list_runs(state.store, state.run_dir)
 
 
 def _run(state, run_id: str):
