@@ -54,6 +54,12 @@ class Settings(BaseSettings):
         30.0, ge=0, description="How long a worker's (or the planner API's) bus consumer may "
         "be disconnected (reconnecting after a broker restart) before its /healthz says 503; "
         "/readyz says 503 at once.")
+    trainer_heartbeat_s: float = Field(
+        15.0, gt=0, description="AMQP heartbeat of a trainer's ingest consumer: a trainer "
+        "that hangs without dying (SIGSTOP, a stuck kernel call) keeps its prefetched "
+        "trajectories (up to 256) until the broker misses ~2 heartbeats and requeues them for "
+        "the standby. Its handler is one store transaction, so it can be short; the workers "
+        "keep 120 s (a batched generation runs between heartbeats).")
     trainer_lease_s: float = Field(
         30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
         "per model): renewed every third of it; a second trainer of the model waits, and "

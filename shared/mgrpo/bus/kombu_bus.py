@@ -162,9 +162,11 @@ class KombuBus:
               timeout_s: Callable[[], float] = lambda: 0.2,
               after_drain: Callable[[bool], None] | None = None,
               on_disconnect: Callable[[], None] | None = None,
-              stop: threading.Event | None = None) -> threading.Thread:
+              stop: threading.Event | None = None,
+              heartbeat_s: float | None = None) -> threading.Thread:
         """Run a reconnecting consumer of ``queue`` on its own thread (``mgrpo.bus.consumer``);
-        returns once it consumes. ``stop`` (default: this bus closing) ends it."""
+        returns once it consumes. ``stop`` (default: this bus closing) ends it.
+        ``heartbeat_s``: its connection's AMQP heartbeat (default ``consumer.HEARTBEAT_S``)."""
         ready = threading.Event()
         state = ConsumerState(consumer, queue.name)
         stop_event = _Either(stop, self._stop) if stop is not None else self._stop
@@ -173,7 +175,8 @@ class KombuBus:
             args=(self.broker_url, queue),
             kwargs=dict(prefetch=prefetch, state=state, on_message=on_message,
                         stop=stop_event, ready=ready, timeout_s=timeout_s,
-                        after_drain=after_drain, on_disconnect=on_disconnect))
+                        after_drain=after_drain, on_disconnect=on_disconnect,
+                        **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s})))
         state.thread = thread
         self.consumers.append(state)
         self._threads.append(thread)

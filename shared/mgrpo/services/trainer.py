@@ -162,7 +162,8 @@ class TrainerService(RunWeights, RoundTraining):
         consume_batches(self.bus, self.queues.trainer(self.model_name),
                         self.ingest.handle_batch,
                         consumer=f"trainer-{self.model_name}", batch_size=INGEST_BATCH,
-                        linger_s=INGEST_LINGER_S, claims=False, stop=self._stop)
+                        linger_s=INGEST_LINGER_S, claims=False, stop=self._stop,
+                        heartbeat_s=self.settings.trainer_heartbeat_s)
         self._loop()
 
     def not_ready(self) -> list[str]:
