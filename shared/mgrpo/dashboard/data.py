@@ -140,11 +140,15 @@ def read_metrics_csv(path: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def run_warnings(store, run_id: str) -> list[dict]:
+STALLED_AFTER_S = 300.0  # an unfinished round without progress this long is warned about
+
+
+def run_warnings(store, run_id: str, stalled_after_s: float = STALLED_AFTER_S) -> list[dict]:
     """The warnings of a run that learns nothing (:class:`mgrpo.training.watch.RunWatch`:
     zero reward variance, grad_norm 0, format collapse, a sub-agent never called), replayed
     over its stored round metrics in round order: ``[{"round": index, "text": ...}]``, the
-    lines ``mgrpo train`` printed (the dashboard's banner)."""
+    lines ``mgrpo train`` printed (the dashboard's banner); then one per unfinished round
+    that has made no progress for ``stalled_after_s`` (``store.stalled_seconds``)."""
     from mgrpo.training.watch import RunWatch
 
     run = store.get_run(run_id)
@@ -160,8 +164,16 @@ def run_warnings(store, run_id: str) -> list[dict]:
     for round_id, values in store.metrics(run_id).items():
         if round_id in index:
             by_round.setdefault(index[round_id], {}).update(values)
-    return [{"round": step, "text": text} for step in sorted(by_round)
-            for text in watch.check(step, by_round[step])]
+    warnings = [{"round": step, "text": text} for step in sorted(by_round)
+                for text in watch.check(step, by_round[step])]
+    stalled = store.stalled_seconds()
+    for round_id, step in index.items():
+        if stalled.get(round_id, -1.0) >= stalled_after_s:
+            warnings.append({"round": step, "text": (
+                f"warning: round {round_id} has made no progress for {stalled[round_id]:.0f} s "
+                "(no rollout completed, no model published): check the workers' and trainers' "
+                "/readyz and `mgrpo dlq list`")})
+    return warnings
 
 
 def run_metrics(store, run_id: str, csv_path: Path | None = None) -> dict:

@@ -81,3 +81,17 @@ def test_runs_say_their_true_status(store, tmp_path):
         child.kill()
         child.wait()
     assert {r["run_id"]: r["status"] for r in list_runs(store, tmp_path)}["stopped"] == "idle"
+
+
+def test_a_stalled_round_is_warned_about(store):
+    """An unfinished round without progress for ``stalled_after_s`` (default 300 s) gets a
+    banner line; a finished one never does."""
+    store.create_run("slow", "slow", {})
+    store.create_round("slow", "slow-r0000", 0, ["q"], 2, {}, running=True)
+    store.create_round("slow", "slow-r0001", 1, ["q2"], 2, {}, running=True)
+    store.set_round_status("slow-r0001", "done")
+    client = _client(store)
+    assert client.get("/v1/runs/slow/warnings").json() == []  # not 300 s yet
+    warnings = client.get("/v1/runs/slow/warnings?stalled_after_s=0").json()
+    assert [w["round"] for w in warnings] == [0]
+    assert warnings[0]["text"].startswith("warning: round slow-r0000 has made no progress")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
 
 from mgrpo.dashboard import data, page, trace
@@ -61,9 +61,13 @@ def run_metrics(run_id: Annotated[RunId, Path()], state: State) -> dict[str, Any
 
 @router.get("/v1/runs/{run_id}/warnings", responses=errors(404),
             summary="Signs that a run learns nothing, per round (docs/metrics.md, Warnings)")
-def run_warnings(run_id: Annotated[RunId, Path()], state: State) -> list[dict[str, Any]]:
+def run_warnings(run_id: Annotated[RunId, Path()], state: State,
+                 stalled_after_s: Annotated[float, Query(
+                     ge=0, le=86400, description="Warn about an unfinished round without "
+                     "progress this long (seconds).")] = data.STALLED_AFTER_S
+                 ) -> list[dict[str, Any]]:
     _run(state, run_id)
-    return data.run_warnings(state.store, run_id)
+    return data.run_warnings(state.store, run_id, stalled_after_s)
 
 
 @router.get("/v1/runs/{run_id}/checkpoints", responses=errors(404),
