@@ -20,14 +20,16 @@ from pathlib import Path
 
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES
 
-# (chart title, metric-key suffixes or exact keys): every key of a run whose name ends with
-# "/<suffix>" (or equals an exact key) becomes one line of the chart.
+# (chart title, metric-key suffixes, exact keys or prefixes ending in "*"): every key of a
+# run whose name ends with "/<suffix>" (or equals an exact key, or starts with a prefix)
+# becomes one line of the chart.
 CHARTS: list[tuple[str, list[str]]] = [
     ("reward", ["reward_mean"]),
+    ("groups with zero reward variance", ["frac_reward_zero_std"]),
     ("accuracy", ["planner/accuracy", "eval/greedy/accuracy", "eval/sampled/accuracy"]),
     ("format rate", ["planner/format_valid", "eval/greedy/format_valid",
                      "eval/sampled/format_valid"]),
-    ("calls per episode", ["calls_per_episode"]),
+    ("calls per episode", ["calls_per_episode", "eval/greedy/calls_*", "eval/sampled/calls_*"]),
     ("clip fraction", ["clipfrac"]),
     ("KL", ["kl", "approx_kl"]),
     ("train/inference logprob mismatch", ["rollout_logp_diff_mean", "rollout_kl"]),
@@ -38,6 +40,8 @@ CHARTS: list[tuple[str, list[str]]] = [
 def _chart_of(key: str) -> str | None:
     for title, patterns in CHARTS:
         for pattern in patterns:
+            if pattern.endswith("*") and key.startswith(pattern[:-1]):
+                return title
             if "/" in pattern and key == pattern:
                 return title
             if "/" not in pattern and not key.startswith(("eval/", "time/")) \

@@ -64,6 +64,9 @@ def test_read_endpoints_show_the_run(ui_url):
         # the CSV adds the eval curve the store does not hold: before (step 0), after (1)
         assert [p[0] for p in charts["accuracy"]["eval/greedy/accuracy"]][:2] == [0, 1]
         assert "planner/clipfrac" in charts["clip fraction"]
+        # a planner that never delegates: 0 calls, drawn (the chart said "no data yet")
+        assert charts["calls per episode"]["searcher/calls_per_episode"][0] == [0, 0.0]
+        assert "planner/frac_reward_zero_std" in charts["groups with zero reward variance"]
         assert "planner/rollout_logp_diff_mean" in charts["train/inference logprob mismatch"]
         groups = client.get(f"/v1/rounds/{first['round_id']}/group_stats").json()
         planner = next(g for g in groups if g["agent"] == "planner")

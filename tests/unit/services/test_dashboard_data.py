@@ -16,8 +16,12 @@ from mgrpo.dashboard.data import _chart_of, read_metrics_csv
     ("planner/clipfrac_low", None), ("searcher/kl", "KL"), ("planner/approx_kl", "KL"),
     ("coder/rollout_logp_diff_mean", "train/inference logprob mismatch"),
     ("planner/rollout_kl", "train/inference logprob mismatch"),
-    ("time/rollout_s", "round time (s)"), ("eval/greedy/calls_kl", None),
-    ("planner/grad_norm", None),
+    ("time/rollout_s", "round time (s)"), ("planner/grad_norm", None),
+    # held-out calls beside the training ones (the chart said "no data yet" after a run
+    # whose evaluation recorded 1.3 searcher calls), never in the KL chart
+    ("eval/greedy/calls_searcher", "calls per episode"),
+    ("eval/sampled/calls_kl", "calls per episode"),
+    ("planner/frac_reward_zero_std", "groups with zero reward variance"),
 ])
 def test_keys_land_in_their_chart(key, chart):
     assert _chart_of(key) == chart
