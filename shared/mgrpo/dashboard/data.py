@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -245,11 +246,24 @@ def checkpoints(store, run_id: str, run_dir: Path | None = None) -> list[dict]:
                 folder = Path(version_uri(str(root), model, version))
                 manifest = folder / MANIFEST
                 created = datetime.fromtimestamp(manifest.stat().st_mtime, tz=UTC)
-                out.append({"model": model, "version": version, "round_id": None,
+                out.append({"model": model, "version": version,
+                            "round_id": _embedded_round_id(run_id, manifest),
                             "uri": str(folder),
                             "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()[:12],
                             "created_at": created.isoformat()})
     return sorted(out, key=lambda c: (c["model"], c["version"]))
+
+
+def _embedded_round_id(run_id: str, manifest: Path) -> str | None:
+    """The round an embedded checkpoint was written after: its manifest's ``extra.round``
+    (``mgrpo.training.run_state.save_state``), as the embedded loop names rounds."""
+    from mgrpo.training.loop import round_id_of
+
+    try:
+        index = json.loads(manifest.read_text())["extra"]["round"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return round_id_of(run_id, int(index)) if isinstance(index, int) else None
 
 
 def question_lookup(store, bench=None) -> Callable[[str], tuple[str | None, str | None]]:

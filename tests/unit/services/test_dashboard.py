@@ -73,6 +73,9 @@ def test_read_endpoints_show_the_run(ui_url):
         assert planner["groups"] == 2 and planner["samples"] == 4  # 2 queries x K=2
         ckpts = client.get("/v1/runs/dash/checkpoints").json()
         assert {(c["model"], c["version"]) for c in ckpts} >= {("planner", 1), ("coder", 1)}
+        # an embedded checkpoint names the round it was written after (it had none)
+        by_version = {c["version"]: c["round_id"] for c in ckpts if c["model"] == "planner"}
+        assert by_version[1] == first["round_id"]
         episodes = client.get(f"/v1/rounds/{first['round_id']}/episodes").json()
         assert len(episodes) == 4 and all(e["question"] for e in episodes)
 
