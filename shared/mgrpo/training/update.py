@@ -1,18 +1,20 @@
 """One model's policy update from its samples (SPEC 1.4): the trainer's inner loop.
 
-Samples are padded once to a common length T, split into ``mini_batches`` optimizer steps,
-each accumulated over micro-batches. Micro-batch losses are re-weighted so the accumulated
-gradient equals the full mini-batch's under every aggregation mode (token-mean: by token
-share; seq-mean modes: by sequence share, so Dr. GRPO's B*L normaliser, L the constant
-``norm_length``, holds).
+Samples are padded once to a common length T (on the model's device) and, for each of
+``ppo_epochs`` epochs, shuffled and split into ``mini_batches`` optimizer steps, each
+accumulated over micro-batches (``micro_batch_size`` rows, or a ``micro_batch_tokens``
+budget); forwards run under bf16 autocast with ``dtype: bfloat16``, and each step's learning
+rate follows the model's schedule (:mod:`mgrpo.training.precision`). Micro-batch losses are
+re-weighted so the accumulated gradient equals the full mini-batch's under every aggregation
+mode (token-mean: by token share; seq-mean modes: by sequence share, so Dr. GRPO's B*L
+normaliser, L the constant ``norm_length``, holds).
 Logprobs are of ``softmax(logits / temperature)``, the run's sampling temperature (the
 distribution the engine sampled). The trainer computes pi_old itself, in eval mode (for the
 first mini-batch of a model without dropout: its own training forward, detached; no extra
-pass); the rollout's own
-logprobs (``Trajectory.old_logprobs``) are kept to report the sampler/trainer mismatch per
-agent and, with ``loss.rollout_is``, to weight the loss by truncated pi_old / pi_rollout
-(:mod:`mgrpo.algo.rollout_correction`). With ``loss.kl_coef > 0`` the caller passes the
-frozen reference (:mod:`mgrpo.training.reference`).
+pass); the rollout's own logprobs (``Trajectory.old_logprobs``) are kept to report the
+sampler/trainer mismatch per agent and, with ``loss.rollout_is``, to weight the loss by
+truncated pi_old / pi_rollout (:mod:`mgrpo.algo.rollout_correction`). With the KL in the
+loss the caller passes the frozen reference (:mod:`mgrpo.training.reference`).
 Data parallel (``shard=(rank, world)``, :mod:`mgrpo.training.distributed`): every rank has
 the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
 mini-batch, the model is a ``DistributedDataParallel`` whose all-reduce (an average) syncs the
@@ -20,6 +22,8 @@ gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose red
 (an average too) runs after every backward; the local loss is multiplied by ``world``
 so the average equals the single-process sum. Every rank makes the same number of backward
 passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
+The no-grad passes (pi_old, the reference) are split over the ranks the same way, then
+all-reduced (:func:`no_grad_logprobs`).
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """

@@ -62,8 +62,9 @@ class UpdateTotals:
 
         summed = sorted(self.weighted)
         steps = sorted(self.per_step)
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces GPU tensors
         values = torch.tensor([self.weighted[k] for k in summed] + [self.per_step[k] for k in steps]
-                              + [self.tokens], dtype=torch.float64)
+                              + [self.tokens], dtype=torch.float64, device=device)
         dist.all_reduce(values)
         for i, key in enumerate(summed):
             self.weighted[key] = float(values[i])
@@ -71,7 +72,8 @@ class UpdateTotals:
             scale = world if key == "grad_norm" else 1
             self.per_step[key] = float(values[len(summed) + i]) / scale
         self.tokens = float(values[-1])
-        maxima = torch.tensor([self.maxima[k] for k in MAXIMA], dtype=torch.float64)
+        maxima = torch.tensor([self.maxima[k] for k in MAXIMA], dtype=torch.float64,
+                              device=device)
         dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
         self.maxima = {k: float(v) for k, v in zip(MAXIMA, maxima, strict=True)}
 
