@@ -72,6 +72,34 @@ def list_runs(store, run_dir: Path | None = None) -> list[dict]:
     return out
 
 
+def run_summary(store, run_id: str, run_dir: Path | None = None) -> dict:
+    """What a run is, for the page's header: algorithm, K, B, agents and models (paths),
+    rounds done of planned, status, and an embedded run's held-out accuracy before the first
+    round and after the last (its ``eval_before.json``/``eval_after.json``)."""
+    run = store.get_run(run_id)
+    config = (run.config if run is not None else None) or {}
+    rounds = store.list_rounds(run_id)
+    planned = planned_rounds(config)
+    models = config.get("models") or {}
+    evaluation = {}
+    for tag in ("before", "after"):
+        path = run_dir / f"eval_{tag}.json" if run_dir is not None else None
+        try:
+            values = json.loads(path.read_text()) if path is not None else None
+        except (OSError, ValueError):
+            values = None
+        if isinstance(values, dict):
+            evaluation[tag] = {k: v for k, v in values.items()
+                               if k in ("eval/greedy/accuracy", "eval/sampled/accuracy")}
+    return {"run_id": run_id, "status": run_status(rounds, planned, run_dir),
+            "algorithm": config.get("algorithm"), "k": config.get("k"),
+            "queries_per_round": config.get("queries_per_round"),
+            "agents": config.get("agents") or {},
+            "models": {name: (spec or {}).get("path") for name, spec in models.items()},
+            "rounds_done": sum(r.status == "done" for r in rounds),
+            "rounds_planned": planned, "eval": evaluation}
+
+
 def planned_rounds(config: dict) -> int | None:
     """The rounds a run config's stages plan (None: no stages recorded)."""
     stages = config.get("stages")

@@ -53,6 +53,15 @@ def test_read_endpoints_show_the_run(ui_url):
         info = client.get("/v1/dashboard").json()
         assert info == {"mode": "embedded", "can_start_rounds": False, "token_required": True}
         assert [r["run_id"] for r in client.get("/v1/runs").json()] == ["dash"]
+        # the header: what the run is, how far it got, before/after
+        summary = client.get("/v1/runs/dash/summary").json()
+        assert {k: summary[k] for k in ("algorithm", "k", "queries_per_round", "rounds_done",
+                                        "rounds_planned", "status")} == {
+            "algorithm": "mgrpo", "k": 2, "queries_per_round": 2, "rounds_done": 1,
+            "rounds_planned": 1, "status": "done"}
+        assert set(summary["models"]) == {"planner", "searcher", "coder"}
+        assert set(summary["eval"]) == {"before", "after"}
+        assert 0 <= summary["eval"]["after"]["eval/greedy/accuracy"] <= 1
         rounds = client.get("/v1/runs/dash/rounds").json()
         first = rounds[0]
         assert first["index"] == 0 and first["status"] == "done"

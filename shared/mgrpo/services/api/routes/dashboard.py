@@ -44,6 +44,14 @@ def _run(state, run_id: str):
     return run
 
 
+@router.get("/v1/runs/{run_id}/summary", responses=errors(404),
+            summary="What a run is: algorithm, K, B, models, rounds done/planned, status, "
+                    "held-out accuracy before/after (embedded)")
+def run_summary(run_id: Annotated[RunId, Path()], state: State) -> dict[str, Any]:
+    _run(state, run_id)
+    return data.run_summary(state.store, run_id, state.run_dir)
+
+
 @router.get("/v1/runs/{run_id}/rounds", responses=errors(404),
             summary="A run's rounds: status, timings, rollouts completed")
 def run_rounds(run_id: Annotated[RunId, Path()], state: State) -> list[dict[str, Any]]:
