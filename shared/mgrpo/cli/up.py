@@ -42,7 +42,7 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
            ("planner-worker", ["serve", "planner-worker"])]
     for role, model in cfg.agents.items():
-        if role != "planner" and cfg.algorithm != "grpo":  # grpo: the planner plays them
+        if role != "planner" and not cfg.algo.inline:  # inline: the planner plays them
             tool = cfg.role_tools.get(role) or ROLE_TOOLS.get(role, role)
             out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--tool",
                                              tool, "--model", cfg.models[model].path]))
@@ -64,15 +64,10 @@ def _port_taken(port: int) -> bool:
 
 def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     """Raise :class:`UserError` naming every problem found before any process starts."""
-    from mgrpo.services.rounds import RoundRefused, check_distributed
     from mgrpo.training.config import load_run_config
 
     cfg = load_run_config(config_path)  # a typo fails here, in one line
     problems = []
-    try:
-        check_distributed(cfg)  # else every POST /v1/rounds would answer 422
-    except RoundRefused as error:
-        problems.append(str(error))
     if engine == "torch":  # a custom engine may take a URL or a hub id instead of a folder
         for name in dict.fromkeys(cfg.agents.values()):
             folder = Path(cfg.models[name].path)

@@ -27,6 +27,7 @@ def ui_app(run_dir: Path):
     from mgrpo.services.api.deps import ApiState
     from mgrpo.store import Store
     from mgrpo.training.config import RunConfig
+    from mgrpo.training.round_spec import RoundSpec
 
     run_dir = Path(run_dir)
     db = run_dir / "store.db"
@@ -38,8 +39,8 @@ def ui_app(run_dir: Path):
     store = Store(url)
     store.upgrade()
     runs = store.list_runs()
-    cfg = RunConfig.model_validate(runs[-1].config) if runs and runs[-1].config.get("models") \
-        else RunConfig(models={})
+    stored = RoundSpec.from_stored(runs[-1].config) if runs else None
+    cfg = stored.run if stored is not None else RunConfig(models={})
     settings = Settings(mode="embedded", database_url=url, api_token=secrets.token_hex(16))
     return create_app(ApiState(settings, cfg, store, bus=None, run_dir=run_dir))
 

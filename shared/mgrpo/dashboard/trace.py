@@ -31,12 +31,13 @@ def _tokenizer(path: str):
 _LOCK = threading.Lock()
 
 
-def tokenizer_from_config(config: dict) -> Callable[[str], object | None]:
-    """``model name -> tokenizer`` from a run config dict (``models.<name>.path``); None
-    when the model or its folder is not there (the viewer then shows token ids)."""
+def tokenizer_from_config(cfg) -> Callable[[str], object | None]:
+    """``model name -> tokenizer`` from a run config (a ``RunConfig``: ``models.<name>.path``);
+    None when the model or its folder is not there (the viewer then shows token ids)."""
 
     def lookup(model: str):
-        path = ((config or {}).get("models") or {}).get(model, {}).get("path")
+        found = cfg.models.get(model) if cfg is not None else None
+        path = found.path if found is not None else None
         if not path:
             return None
         try:

@@ -24,6 +24,7 @@ from mgrpo.bus.names import PLANNER_QUEUE, PLANNER_REPLY_QUEUE, subagent_queue, 
 from mgrpo.config import Settings
 from mgrpo.models.loading import folder_weights
 from mgrpo.training.config import ModelConfig, RunConfig, load_run_config
+from mgrpo.training.round_spec import RoundSpec
 
 log = logging.getLogger(__name__)
 
@@ -88,29 +89,21 @@ def make_bus(settings: Settings, store):
     return InMemoryBus(store)
 
 
-def trained_models(round_config: dict) -> list[str]:
-    """Models a round trains (written into the round's config by ``start_round``)."""
-    return list(round_config.get("trained_models", []))
+def round_spec(record, default: RunConfig | None = None) -> RoundSpec | None:
+    """The :class:`RoundSpec` of a stored round ``record`` (None for None): the one place a
+    round's config is parsed as it leaves the store. A round stored without a run config
+    takes ``default``'s settings (None when there is no default either)."""
+    if record is None:
+        return None
+    return RoundSpec.from_stored(record.config, default)
 
 
-ROUND_ONLY_KEYS = ("trained_models", "scored_models")  # in a round's config, not a RunConfig
-
-
-def run_config_of(round_config: dict):
-    """The :class:`RunConfig` a round was started with (its stored config less the keys
-    ``start_round`` adds)."""
-    from mgrpo.training.config import RunConfig
-
-    return RunConfig.model_validate({k: v for k, v in round_config.items()
-                                     if k not in ROUND_ONLY_KEYS})
-
-
-def scored_models(round_config: dict) -> list[str]:
-    """Models whose trajectories a round stores and scores: the trained ones and the frozen
-    ones an agent plays (main-only: rewards, group statistics and metrics of the frozen
-    sub-agents, as embedded mode records them; no update). Written by ``start_round``;
-    a round stored without it scores its trained models."""
-    return list(round_config.get("scored_models", trained_models(round_config)))
+def stored_run_config(store, run_id: str) -> RunConfig | None:
+    """The run config ``run_id`` was created with; None when the store holds no such run or
+    it was created without one."""
+    run = store.get_run(run_id)
+    spec = RoundSpec.from_stored(run.config) if run is not None else None
+    return spec.run if spec is not None else None
 
 
 class EngineUnavailable(RuntimeError):
@@ -184,23 +177,24 @@ def load_engine(path: str, device: str, engine: str = "torch",
     return model, tokenizer, TorchEngine(model, tokenizer, device=device)
 
 
-def initial_weights(store, model_name: str, round_config: dict) -> str:
+def initial_weights(store, model_name: str, cfg: RunConfig | None) -> str:
     """Where a run starts, before its first checkpoint of ``model_name``: the checkpoint
-    ``round_config["init_from"]`` names (another run's: never implicit), else the model's own
-    folder (``models.<m>.path``). Returns that checkpoint's URI or the folder's path; cheap
-    (a store lookup), nothing is loaded."""
-    init = round_config.get("init_from") or None
-    if init:
-        record = (store.get_checkpoint(model_name, init["version"], run_id=init["run_id"])
-                  if init.get("version") else
-                  store.latest_checkpoint(model_name, run_id=init["run_id"]))
+    ``cfg.init_from`` names (another run's: never implicit), else the model's own folder
+    (``models.<m>.path``). Returns that checkpoint's URI or the folder's path; cheap (a store
+    lookup), nothing is loaded."""
+    init = cfg.init_from if cfg is not None else None
+    if init is not None:
+        record = (store.get_checkpoint(model_name, init.version, run_id=init.run_id)
+                  if init.version else
+                  store.latest_checkpoint(model_name, run_id=init.run_id))
         if record is not None:
             return record.uri
-        if init.get("version"):
-            raise ValueError(f"init_from names {model_name} v{init['version']} of run "
-                             f"{init['run_id']!r}, which the store does not record; list "
+        if init.version:
+            raise ValueError(f"init_from names {model_name} v{init.version} of run "
+                             f"{init.run_id!r}, which the store does not record; list "
                              "them with GET /v1/checkpoints?run_id=...")
-    path = round_config.get("models", {}).get(model_name, {}).get("path")
+    model = cfg.models.get(model_name) if cfg is not None else None
+    path = model.path if model is not None else None
     if not path:
         raise ValueError(f"the config of this run has no models.{model_name}.path to start "
                          "from")
@@ -208,7 +202,7 @@ def initial_weights(store, model_name: str, round_config: dict) -> str:
 
 
 def refresh_weights(store, engine, model_name: str, run_id: str,
-                    round_config: dict | None = None) -> bool:
+                    cfg: RunConfig | None = None) -> bool:
     """Put ``run_id``'s newest recorded checkpoint of ``model_name`` in the engine (or, before
     the run has one, its :func:`initial_weights`); True if the weights changed. Weights of
     another run are never used unless this run's ``init_from`` names them. Call between
@@ -217,10 +211,9 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
     if record is not None:
         source, version = record.uri, record.version
     else:
-        if round_config is None:
-            run = store.get_run(run_id)
-            round_config = dict(run.config) if run is not None else {}
-        source, version = initial_weights(store, model_name, round_config), 0
+        if cfg is None:
+            cfg = stored_run_config(store, run_id)
+        source, version = initial_weights(store, model_name, cfg), 0
     key = (run_id, source)
     if getattr(engine, "weights_of", None) == key:
         return False

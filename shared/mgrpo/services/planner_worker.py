@@ -53,14 +53,14 @@ from mgrpo.services.context import (
     agent_engine,
     load_engine,
     refresh_weights,
-    run_config_of,
-    scored_models,
+    round_spec,
 )
 from mgrpo.services.dispatch import BusDispatch
-from mgrpo.services.tree_calls import is_tree_round, play_trees
+from mgrpo.services.tree_calls import play_trees
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, Episode, EpisodeJob, EpisodeRunner, mix_seed
+from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
 
@@ -113,7 +113,7 @@ class PlannerRuntime:
         _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
                                            agent_engine(cfg, "planner", settings),
                                            lora=cfg.models[model_name].lora)
-        refresh_weights(store, engine, model_name, cfg.name, cfg.model_dump(mode="json"))
+        refresh_weights(store, engine, model_name, cfg.name, cfg)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer)
         queues = Queues(settings.queue_prefix)
@@ -124,11 +124,11 @@ class PlannerRuntime:
 
     def runner(self, cfg: RunConfig | None = None) -> EpisodeRunner:
         """The library's runner for ``cfg`` (default: the service's): delegations over the
-        bus, or for ``algorithm: grpo`` the single agent playing every role in its own
+        bus, or for an inline algorithm (``grpo``) the single agent playing every role in its own
         context with the tools in this process, exactly as embedded mode's
         ``System.runner``."""
         cfg = cfg or self.cfg
-        if cfg.algorithm == "grpo":
+        if cfg.algo.inline:
             return EpisodeRunner(self.runtime, role_cards(cfg.agents), cfg.sampling,
                                  inline_tools=self.inline_tools(cfg))
         return EpisodeRunner(self.runtime, agent_cards(self.store, cfg), cfg.sampling,
@@ -165,26 +165,16 @@ class PlannerRuntime:
         return self._verifiers[key]
 
     def play(self, jobs: list[EpisodeJob], greedy: bool = False,
-             cfg: RunConfig | None = None, run_id: str | None = None,
-             round_config: dict | None = None) -> list[Episode]:
+             cfg: RunConfig | None = None, run_id: str | None = None) -> list[Episode]:
         """Run episodes of ONE run (default: the deployment's, ``cfg.name``) with ``cfg``'s
-        algorithm and sampling (default the service's) and that run's newest weights; they
-        are refreshed first and never during the run."""
+        algorithm and sampling (default the service's; a round's :class:`RoundSpec`) and that
+        run's newest weights; they are refreshed first and never during the run."""
         if run_id is None:
-            run_id, round_config = self.cfg.name, self.cfg.model_dump(mode="json")
+            run_id, cfg = self.cfg.name, cfg or self.cfg
         with self.lock:
-            refresh_weights(self.store, self.runtime.engine, self.runtime.model, run_id,
-                            round_config)
+            refresh_weights(self.store, self.runtime.engine, self.runtime.model, run_id, cfg)
             self.dispatch.weights_version = self.runtime.engine.version
             return self.runner(cfg).run(jobs, greedy=greedy)
-
-
-def round_config(config: dict, default: RunConfig) -> RunConfig:
-    """The run config a round was started with (stored with it by ``start_round``), or
-    ``default`` for a round stored without one."""
-    if "models" not in config:
-        return default
-    return run_config_of(config)
 
 
 def registered_queue(store, role: str) -> str | None:
@@ -228,13 +218,13 @@ class PlannerWorker:
 
     def _play_tasks(self, tasks: list[EpisodeTask], records: dict) -> None:
         store, began = self.p.store, time.perf_counter()
-        configs: dict[str, RunConfig] = {  # round id -> the config its episodes run with
-            rid: round_config(record.config, self.p.cfg) for rid, record in records.items()
+        configs: dict[str, RoundSpec] = {  # round id -> the spec its episodes run with
+            rid: round_spec(record, self.p.cfg) for rid, record in records.items()
             if record is not None and record.status not in ("cancelled", "failed", "done")}
         tasks = [t for t in tasks if t.round_id in configs]
         trees: dict[str, list[str]] = {}  # AT-GRPO round id -> query ids (a task = a tree)
         for task in tasks:
-            if is_tree_round(configs[task.round_id], records[task.round_id].index):
+            if configs[task.round_id].tree_round(records[task.round_id].index):
                 trees.setdefault(task.round_id, []).append(task.query_id)
         tasks = [t for t in tasks if t.round_id not in trees]
         # one transaction for the batch's attempts, one query for its questions
@@ -244,13 +234,13 @@ class PlannerWorker:
         for task, attempt in zip(tasks, attempts, strict=True):
             if attempt is None:  # completed by an earlier delivery
                 continue
-            record, query = records[task.round_id], queries.get(task.query_id)
+            query = queries.get(task.query_id)
             if query is None:
                 raise KeyError(f"query {task.query_id!r} of round {task.round_id!r} is not in "
                                "the store; start rounds with start_round")
             question = Question(id=query.query_id, question=query.question or "",
                                 answer=query.answer or "")
-            seed = mix_seed(record.config.get("seed", 0), task.round_id, query.query_id,
+            seed = mix_seed(configs[task.round_id].run.seed, task.round_id, query.query_id,
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
         for round_id, query_ids in trees.items():
@@ -264,12 +254,11 @@ class PlannerWorker:
             return
         groups: dict[tuple[str, str], list[EpisodeJob]] = {}
         for job in jobs:  # one batched run per (run, algorithm): a batch rarely mixes rounds
-            key = (records[job.round_id].run_id, configs[job.round_id].algorithm)
+            key = (records[job.round_id].run_id, configs[job.round_id].run.algorithm)
             groups.setdefault(key, []).append(job)
         for (run_id, _), group in groups.items():
             first, started = group[0].round_id, time.perf_counter()
-            episodes = self.p.play(group, greedy=False, cfg=configs[first], run_id=run_id,
-                                   round_config=records[first].config)
+            episodes = self.p.play(group, greedy=False, cfg=configs[first].run, run_id=run_id)
             played = time.perf_counter()
             self.finish_s = {"publish": 0.0, "store": 0.0}
             for round_id in dict.fromkeys(e.job.round_id for e in episodes):
@@ -282,14 +271,14 @@ class PlannerWorker:
         for round_id in dict.fromkeys(job.round_id for job in jobs):
             self._end_rollouts(round_id)
 
-    def _finish(self, record, cfg: RunConfig, episodes: list[Episode]) -> None:
+    def _finish(self, record, spec: RoundSpec, episodes: list[Episode]) -> None:
         """Score a round's played episodes, hand the planner trajectories to its trainer,
         then record outcomes, d_k and the completed rollouts in ONE store transaction."""
-        store, scored = self.p.store, scored_models(record.config)
+        store, scored, cfg = self.p.store, spec.scored_models, spec.run
         planner_model = self.p.runtime.model
         outcomes: list[PlannerOutcomeIn] = []
         d_counts: dict[str, list[DCount]] = {}
-        roles = [r for r in record.config.get("agents", {}) if r != "planner" and scored]
+        roles = [r for r in cfg.agents if r != "planner" and scored]
         started = time.perf_counter()
         if planner_model in scored:  # one confirm wait for the round's trajectories
             self.p.bus.publish_many([(self.p.queues.trainer(planner_model),
@@ -337,7 +326,7 @@ class PlannerWorker:
         record = store.get_round(round_id)
         if record is None or record.status not in ("running", "training"):
             return
-        scored = scored_models(record.config)
+        scored = round_spec(record, self.p.cfg).scored_models
         if record.status == "running":  # not over a trainer's 'done' since the read above
             store.set_round_status(round_id, "training" if scored else "done",
                                    only_from=("running",))

@@ -19,12 +19,12 @@ from __future__ import annotations
 import contextlib
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
-from mgrpo.services.context import Queues
-from mgrpo.services.tree_calls import is_tree_round
+from mgrpo.services.context import Queues, round_spec
 from mgrpo.store.errors import RunBusy
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
+from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.rounds import sample_questions
 
 
@@ -35,10 +35,6 @@ class RoundConflict(RuntimeError):
 class RoundRefused(ValueError):
     """The round request is something distributed mode cannot do, or contradicts the store
     (an ``init_from`` that cannot apply); the API answers 422."""
-
-
-# at_grpo: one task per query tree, sub-agent subtrees as tree calls (services.tree_calls)
-DISTRIBUTED_ALGORITHMS = ("mgrpo", "grpo", "at_grpo")
 
 
 def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
@@ -70,14 +66,6 @@ def round_id_of(run_id: str, index: int) -> str:
     return f"{run_id}-r{index:04d}"
 
 
-def check_distributed(cfg: RunConfig) -> None:
-    """Refuse, with the fix, a config the services would otherwise run as something else."""
-    if cfg.algorithm not in DISTRIBUTED_ALGORITHMS:
-        raise RoundRefused(
-            f"algorithm {cfg.algorithm!r} cannot run distributed (the services run "
-            f"{', '.join(DISTRIBUTED_ALGORITHMS)}); train it with `mgrpo train`")
-
-
 def played_stages(cfg: RunConfig) -> list[tuple[int, int | None]]:
     """(1-based stage number, benchmark stage) of every curriculum stage a run can play: each
     with rounds > 0, and the last (distributed runs go on in it past the schedule). Each
@@ -103,7 +91,6 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     cannot apply (:func:`check_init_from`). The run's workers and trainers use ITS newest
     checkpoints only (versions are per run).
     """
-    check_distributed(cfg)
     run_id = run_id or cfg.name
     check_init_from(store, cfg, run_id)
     store.create_run(run_id, run_id, cfg.model_dump(mode="json"))
@@ -190,8 +177,8 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
     (a concurrent start of the same run gets :class:`RoundConflict`, and never touches the
     status of a round it did not create). A publish the broker refuses fails the round with
     the reason, so the run is not left with a 'running' round that has no tasks."""
-    config = {**cfg.model_dump(mode="json"), "trained_models": trained,
-              "scored_models": scored}
+    spec = RoundSpec.of(cfg, trained, scored)
+    config = spec.stored()
     # the queries, the round (already 'running') and its rollouts: one transaction, with the
     # check that no other round of the run started meanwhile (under the run's row lock)
     try:
@@ -207,7 +194,7 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
         raise RoundConflict(f"round {round_id} of run {run_id!r} exists already (started by "
                             f"another request); see GET /v1/rounds/{round_id}")
     # an AT-GRPO round: one task per query, its tree (whose K candidate slots are the rollouts)
-    tasks = 1 if is_tree_round(cfg, index) else k
+    tasks = 1 if spec.tree_round(index) else k
     # one send (a planner worker may start once it holds them all), one confirm wait
     try:
         bus.publish_many([(queues.episodes, EpisodeTask(
@@ -236,13 +223,15 @@ def cancel_round(store, round_id: str):
     return store.get_round(round_id)
 
 
-def round_summary(store, round_id: str) -> dict | None:
-    """Status, progress, published models, metrics and trajectory counts of one round."""
+def round_summary(store, round_id: str, default: RunConfig | None = None) -> dict | None:
+    """Status, progress, published models, metrics and trajectory counts of one round
+    (``default``: the config of a round stored without one)."""
     record = store.get_round(round_id)
     if record is None:
         return None
     progress = store.round_progress(round_id)
-    trained = record.config.get("trained_models", [])
+    spec = round_spec(record, default)
+    trained, scored = (spec.trained_models, spec.scored_models) if spec else ([], [])
     return {
         "round_id": record.round_id, "run_id": record.run_id, "index": record.index,
         "k": record.k, "status": record.status, "error": record.error,
@@ -252,6 +241,6 @@ def round_summary(store, round_id: str) -> dict | None:
         "trained_models": trained,
         "published_models": sorted(store.published_models(round_id)),
         "trajectories": {m: store.count_round_trajectories(round_id, m)
-                         for m in record.config.get("scored_models", trained)},
+                         for m in scored},
         "metrics": store.metrics(record.run_id, round_id).get(round_id, {}),
     }

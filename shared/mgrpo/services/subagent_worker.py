@@ -35,11 +35,12 @@ from mgrpo.services.context import (
     build_tool,
     load_engine,
     refresh_weights,
-    scored_models,
+    round_spec,
 )
 from mgrpo.services.tree_calls import play_tree_calls
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
+from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.subagents import run_subagent_calls
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class SubagentWorker:
         _, tokenizer, engine = load_engine(path, settings.device,
                                            agent_engine(cfg, name, settings),
                                            lora=mcfg.lora if mcfg is not None else None)
-        refresh_weights(store, engine, self.model, cfg.name, cfg.model_dump(mode="json"))
+        refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
                                     description=description)
@@ -69,7 +70,7 @@ class SubagentWorker:
         self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
         self.calls_done = 0
         self._stop = threading.Event()
-        self._round_configs: dict[str, dict] = {}
+        self._round_specs: dict[str, RoundSpec] = {}
         self._round_runs: dict[str, str] = {}
         self.tree_judges: dict = {}  # AT-GRPO turn-reward judges (services.tree_calls)
 
@@ -116,17 +117,17 @@ class SubagentWorker:
     def _run_of(self, call: SubAgentCall) -> str:
         if call.round_id is None:
             return self.cfg.name
-        self._round_config(call.round_id)
+        self._round_spec(call.round_id)
         return self._round_runs.get(call.round_id, self.cfg.name)
 
     def _play(self, run_id: str, calls: list[SubAgentCall]) -> None:
-        round_config = (self._round_config(calls[0].round_id) if calls[0].round_id is not None
-                        else self.cfg.model_dump(mode="json"))
-        refresh_weights(self.store, self.runtime.engine, self.model, run_id, round_config)
+        cfg = (self._round_spec(calls[0].round_id).run if calls[0].round_id is not None
+               else self.cfg)
+        refresh_weights(self.store, self.runtime.engine, self.model, run_id, cfg)
         trees = [c for c in calls if c.tree is not None and c.round_id is not None]
         for round_id in dict.fromkeys(c.round_id for c in trees):  # AT-GRPO: K per turn
             play_tree_calls(self, [c for c in trees if c.round_id == round_id],
-                            self._round_config(round_id))
+                            self._round_spec(round_id))
         calls = [c for c in calls if c.tree is None or c.round_id is None]
         if not calls:
             return
@@ -158,25 +159,25 @@ class SubagentWorker:
         self.bus.publish_many(trajectories + replies)
         self.calls_done += len(calls)
 
-    def _round_config(self, round_id: str) -> dict:
-        if round_id not in self._round_configs:
+    def _round_spec(self, round_id: str) -> RoundSpec:
+        """The round's spec, read from the store once per round (a round the store does not
+        hold: this service's config, training nothing)."""
+        if round_id not in self._round_specs:
             record = self.store.get_round(round_id)
-            self._round_configs[round_id] = record.config if record else {}
+            self._round_specs[round_id] = (round_spec(record, self.cfg)
+                                           or RoundSpec.of(self.cfg))
             if record is not None:
                 self._round_runs[round_id] = record.run_id
-        return self._round_configs[round_id]
+        return self._round_specs[round_id]
 
     def _sampling(self, round_id: str | None) -> SamplingConfig:
         """Inside a round, the round's own sampling settings (turn limits included), the
         ones its planner worker and trainers read: one source of truth per round, whatever
         config this service was started with. Outside a round (REST): the service's."""
-        config = self._round_config(round_id) if round_id is not None else {}
-        if "sampling" in config:
-            return SamplingConfig.model_validate(config["sampling"])
-        return self.cfg.sampling
+        return (self._round_spec(round_id).run if round_id is not None else self.cfg).sampling
 
     def _round_scores_me(self, round_id: str) -> bool:
-        return self.model in scored_models(self._round_config(round_id))
+        return self.model in self._round_spec(round_id).scored_models
 
     def _call_seed(self, call: SubAgentCall) -> int:
         """The sampling seed of a delegation: inside a round, the seed embedded mode gives
@@ -187,7 +188,7 @@ class SubagentWorker:
         same draws, as the planner's own turns do. Outside a round (REST): per call id."""
         if call.round_id is None or call.query_id is None:
             return mix_seed(call.call_id, call.attempt)
-        run_seed = self._round_config(call.round_id).get("seed", 0)
+        run_seed = self._round_spec(call.round_id).run.seed
         episode_seed = mix_seed(run_seed, call.round_id, call.query_id, call.rollout)
         return mix_seed(episode_seed, call.agent, call.invocation)
 

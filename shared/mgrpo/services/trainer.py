@@ -69,7 +69,7 @@ import uuid
 from mgrpo.bus.errors import is_transient
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
-from mgrpo.services.context import Queues, load_engine, scored_models
+from mgrpo.services.context import Queues, load_engine, round_spec
 from mgrpo.services.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
 from mgrpo.services.lease import LeaseKeeper
 from mgrpo.services.readiness import (  # noqa: F401 - re-exported (tests)
@@ -154,7 +154,7 @@ class TrainerService(RunWeights, RoundTraining):
         if not self.lease.wait_held(self._stop):
             return
         try:  # the deployment run's weights in now, as the workers do: not in its 1st round
-            self.activate(self.cfg.name, self.cfg.model_dump(mode="json"))
+            self.activate(self.cfg.name, self.cfg)
         except Exception:  # its first round's activate tries again (and reports)
             log.exception("trainer %s: could not load run %s's weights at start-up",
                           self.model_name, self.cfg.name)
@@ -212,23 +212,24 @@ class TrainerService(RunWeights, RoundTraining):
             if self._failures:  # a round's training raised: try it again shortly
                 timeout = RETRY_S
 
-    def pending_rounds(self) -> list:
-        """Rounds this model still has to train, oldest first (unfinished rounds only are
-        read, with their published models in one query)."""
-        records = [r for r in self.store.list_rounds(statuses=("running", "training"))
-                   if self.model_name in scored_models(r.config)]
-        published = self.store.published_models_by_round([r.round_id for r in records])
-        out = [r for r in records if self.model_name not in published[r.round_id]]
-        return sorted(out, key=lambda r: (r.created_at, r.index))
+    def pending_rounds(self) -> list[tuple]:
+        """(record, :class:`RoundSpec`) of the rounds this model still has to train, oldest
+        first (unfinished rounds only are read, with their published models in one query)."""
+        specs = [(r, round_spec(r, self.cfg))
+                 for r in self.store.list_rounds(statuses=("running", "training"))]
+        specs = [(r, spec) for r, spec in specs if self.model_name in spec.scored_models]
+        published = self.store.published_models_by_round([r.round_id for r, _ in specs])
+        out = [(r, spec) for r, spec in specs if self.model_name not in published[r.round_id]]
+        return sorted(out, key=lambda pair: (pair[0].created_at, pair[0].index))
 
     def train_ready_rounds(self) -> int:
         done = 0
-        for record in self.pending_rounds():
-            tree = record.config.get("algorithm") == "at_grpo" and record.index >= 0
-            if not round_ready(self.store, record.round_id, self.model_name, self.roles, tree):
+        for record, spec in self.pending_rounds():
+            if not round_ready(self.store, record.round_id, self.model_name, self.roles,
+                               spec.tree_round(record.index)):
                 break  # rounds train in order
             try:
-                self.train_round(record)
+                self.train_round(record, spec)
             except Exception as error:  # noqa: BLE001 - counted, then the round fails
                 self._weights_of = None  # maybe half-updated: the retry reloads from the store
                 if isinstance(error, LeaseLost):

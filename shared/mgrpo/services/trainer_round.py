@@ -27,12 +27,12 @@ import time
 
 from mgrpo.algo.staleness import worst_staleness
 from mgrpo.bus.messages import WeightsAnnouncement
-from mgrpo.services.context import run_config_of, scored_models
-from mgrpo.services.tree_calls import is_tree_round
+from mgrpo.services.context import round_spec
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.judging import refresh_judge_weights
 from mgrpo.training.loop import publish_stats
+from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.rounds import observed_d, train_model
 from mgrpo.training.tree_round import train_tree_model
 from mgrpo.training.watch import RunWatch
@@ -54,16 +54,18 @@ class RoundTraining:
     ``frozen``, ``lease``/``_leased``, the sinks, ``activate``/``save_checkpoint``
     (``trainer_weights``); keeps ``_judge`` and counts ``rounds_trained``."""
 
-    def train_round(self, record) -> dict[str, float]:
+    def train_round(self, record, spec: RoundSpec | None = None) -> dict[str, float]:
+        """Train on round ``record`` per its :class:`RoundSpec` (parsed here when not given)."""
         store, lm, round_id = self.store, self.lm, record.round_id
         marks = [("start", time.perf_counter())]  # phase timings, logged at the end
-        cfg = run_config_of(record.config)
+        spec = spec if spec is not None else round_spec(record, self.cfg)
+        cfg = spec.run
         trajs = store.round_trajectories(round_id, lm.name)
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
         marks.append(("read", time.perf_counter()))
-        self.activate(record.run_id, record.config)
+        self.activate(record.run_id, cfg)
         marks.append(("activate", time.perf_counter()))
         already = store.latest_checkpoint(lm.name, run_id=record.run_id)
         applied = already is not None and already.round_id == round_id
@@ -71,7 +73,7 @@ class RoundTraining:
         optimizer, lm.optimizer = lm.optimizer, (None if applied else lm.optimizer)
         lm.model.train()
         try:
-            if is_tree_round(cfg, record.index):  # AT-GRPO: per-turn groups of K candidates
+            if spec.tree_round(record.index):  # AT-GRPO: per-turn groups of K candidates
                 metrics, stats = train_tree_model(lm, self.roles, trajs, cfg, record.index)
             else:
                 judges = self.judge(cfg)  # another model's judge: its newest weights
@@ -108,7 +110,7 @@ class RoundTraining:
             self.bus.announce_weights(WeightsAnnouncement(
                 model=lm.name, version=record_ck.version, uri=record_ck.uri,
                 sha256=record_ck.sha256, round_id=round_id))
-        if set(scored_models(record.config)) <= store.published_models(round_id):
+        if set(spec.scored_models) <= store.published_models(round_id):
             store.set_round_status(round_id, "done", only_from=("running", "training"))
         self.rounds_trained += 1
         marks.append(("publish", time.perf_counter()))

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mgrpo.services.context import folder_weights, initial_weights
+from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
 from mgrpo.services.optimizer_state import save_optimizer_state
 from mgrpo.services.rank_checkpoint import load_optimizer  # a .optimizer.pt or a DCP folder
+from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
 
 log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
@@ -69,7 +70,7 @@ class RunWeights:
 
         return run_root(self.settings.checkpoint_uri, run_id)
 
-    def activate(self, run_id: str, round_config: dict | None = None) -> None:
+    def activate(self, run_id: str, cfg: RunConfig | None = None) -> None:
         """Put ``run_id``'s newest recorded checkpoint (weights + optimizer state) in the
         model, or, before the run has one, its initial weights with a fresh optimizer. A
         no-op when they are in already. The first time, removes the leftovers of killed
@@ -90,15 +91,13 @@ class RunWeights:
                 log.info("trainer %s: removed leftovers of killed writes in run %s: %s",
                          lm.name, run_id, removed)
             self._cleaned.add(run_id)
-        if round_config is None:
-            run = store.get_run(run_id)
-            round_config = dict(run.config) if run is not None else {}
-        source = record.uri if record is not None else initial_weights(store, lm.name,
-                                                                       round_config)
+        if cfg is None:
+            cfg = stored_run_config(store, run_id)
+        source = record.uri if record is not None else initial_weights(store, lm.name, cfg)
         if self._weights_of == (run_id, source):
             return
-        lr = round_config.get("models", {}).get(lm.name, {}).get(
-            "lr", self.cfg.models[lm.name].lr)
+        own = cfg.models.get(lm.name) if cfg is not None else None  # this run's, else ours
+        lr = (own or self.cfg.models[lm.name]).lr
         checkpoint = (record.uri, record.version) if record is not None else None
         load = put_state if lm.ranks is None else lm.ranks.load  # torchrun: on every rank
         moments = load(lm, lr, checkpoint, source)

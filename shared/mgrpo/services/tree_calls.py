@@ -30,6 +30,7 @@ from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage, 
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import TokenContext
+from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.subagents import FAILED_RESULT
 from mgrpo.training.tree import Branch, TreeEpisode, TreeSampler
@@ -37,11 +38,6 @@ from mgrpo.training.tree_round import tree_seed
 from mgrpo.types import trajectory_id
 
 log = logging.getLogger(__name__)
-
-
-def is_tree_round(cfg: RunConfig, index: int) -> bool:
-    """An AT-GRPO training round (a curriculum filter round plays ordinary episodes)."""
-    return cfg.algorithm == "at_grpo" and index >= 0
 
 
 @functools.lru_cache(maxsize=4)
@@ -91,13 +87,13 @@ class BusSubtree:
             call.episode.trace.extend(reply.trace)
 
 
-def play_trees(p, verifier, record, cfg: RunConfig, query_ids: list[str]) -> int:
+def play_trees(p, verifier, record, spec: RoundSpec, query_ids: list[str]) -> int:
     """Play the trees of ``query_ids`` in round ``record`` (planner worker side, ``p`` its
-    ``PlannerRuntime``); returns how many trees were played."""
-    from mgrpo.services.context import refresh_weights, scored_models
+    ``PlannerRuntime``; ``spec`` the round's); returns how many trees were played."""
+    from mgrpo.services.context import refresh_weights
     from mgrpo.services.planner_worker import agent_cards, registered_queue
 
-    store, round_id = p.store, record.round_id
+    store, round_id, cfg = p.store, record.round_id, spec.run
     questions, attempts = [], {}
     for query_id in dict.fromkeys(query_ids):
         slots = [store.begin_attempt(round_id, query_id, k) for k in range(record.k)]
@@ -108,12 +104,12 @@ def play_trees(p, verifier, record, cfg: RunConfig, query_ids: list[str]) -> int
     if not questions:
         return 0
     with p.lock:
-        refresh_weights(store, p.runtime.engine, p.runtime.model, record.run_id, record.config)
+        refresh_weights(store, p.runtime.engine, p.runtime.model, record.run_id, cfg)
         subtree = BusSubtree(p.dispatch, lambda role: registered_queue(store, role), attempts)
         sampler = TreeSampler({"planner": p.runtime}, agent_cards(store, cfg), cfg, None,
                               subtree=subtree)
         trees = sampler.run(round_id, questions, tree_seed(cfg, record.index))
-    if p.runtime.model in scored_models(record.config):  # every trajectory, one confirm wait
+    if p.runtime.model in spec.scored_models:  # every trajectory, one confirm wait
         p.bus.publish_many([
             (p.queues.trainer(p.runtime.model), TrajectoryMessage(
                 trajectory=traj.model_copy(update={"attempt": attempts[tree.question.id][k]})))
@@ -138,11 +134,10 @@ def play_trees(p, verifier, record, cfg: RunConfig, query_ids: list[str]) -> int
     return len(trees)
 
 
-def play_tree_calls(worker, calls: list[SubAgentCall], round_config: dict) -> None:
-    """Play tree calls of ONE round on a sub-agent worker (weights already refreshed)."""
-    from mgrpo.services.context import run_config_of, scored_models
-
-    cfg = run_config_of(round_config)
+def play_tree_calls(worker, calls: list[SubAgentCall], spec: RoundSpec) -> None:
+    """Play tree calls of ONE round (its ``spec``) on a sub-agent worker (weights already
+    refreshed)."""
+    cfg = spec.run
     questions = bench_questions(cfg.bench_dir)
     judges = tree_judge(worker, cfg)
     record = worker.store.get_round(calls[0].round_id) if calls[0].round_id else None
@@ -162,7 +157,7 @@ def play_tree_calls(worker, calls: list[SubAgentCall], round_config: dict) -> No
         branches.append(Branch(episode, TokenContext(), call.agent, call.invocation,
                                task=call.subtask))
     sampler.subtree(branches, calls[0].round_id, calls[0].tree.seed)
-    send = worker.model in scored_models(round_config)
+    send = worker.model in spec.scored_models
     trajectories, replies = [], []  # one publish_many: trajectories before the replies
     for call, branch in zip(calls, branches, strict=True):
         episode = branch.episode

@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
 from mgrpo.algo.kl import KL_LOSS_ESTIMATORS
 from mgrpo.models.lora import LoraSpec
 from mgrpo.training import aliases
 from mgrpo.validation import StrictModel
-
-Algorithm = Literal["mgrpo", "at_grpo", "grpo"]
 
 
 class RewardWeights(StrictModel):
@@ -271,10 +270,10 @@ class RunConfig(StrictModel):
         None, ge=1, description="torch intra-op threads for `mgrpo train` and `mgrpo eval` "
         "(None: torch's default, from OMP_NUM_THREADS). Reductions split by thread, so "
         "another count gives other float sums; the demo writes its `threads` here.")
-    algorithm: Algorithm = Field(
-        "mgrpo", description="mgrpo: planner + sub-agents, per-agent groups with alignment. "
-        "at_grpo: tree sampling, groups (query, agent, turn). grpo: single agent, the planner "
-        "calls the tools itself.")
+    algorithm: str = Field(
+        "mgrpo", description="A registered algorithm (mgrpo.algo.algorithms): mgrpo: planner "
+        "+ sub-agents, per-agent groups with alignment. at_grpo: tree sampling, groups (query, "
+        "agent, turn). grpo: single agent, the planner calls the tools itself.")
     agents: dict[str, str] = Field(
         default_factory=lambda: {"planner": "planner", "searcher": "searcher",
                                  "coder": "coder"},
@@ -345,6 +344,17 @@ class RunConfig(StrictModel):
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"
 
+    @field_validator("algorithm")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        get_algorithm(name)  # an unknown name lists the valid ones
+        return name
+
+    @property
+    def algo(self) -> Algorithm:
+        """The registered :class:`~mgrpo.algo.algorithms.Algorithm` this run trains with."""
+        return get_algorithm(self.algorithm)
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         missing = sorted(set(self.agents.values()) - set(self.models))
@@ -384,10 +394,11 @@ class RunConfig(StrictModel):
                                  f"{self.agents[role]!r} trains a LoRA adapter: a server "
                                  "reloads full weights only; use torch or vllm for that role")
         stale = {m: n for m in self.trained_models() if (n := self.staleness(m)) > 0}
-        if stale and self.algorithm == "at_grpo":
-            raise ValueError(f"max_staleness {stale}: the asynchronous mode runs mgrpo and "
-                             "grpo rounds; AT-GRPO's tree rounds are synchronous (set "
-                             "max_staleness: 0 or algorithm: mgrpo)")
+        if stale and not self.algo.asynchronous:
+            runs = [n for n in algorithm_names() if get_algorithm(n).asynchronous]
+            raise ValueError(f"max_staleness {stale}: the asynchronous mode runs "
+                             f"{' and '.join(runs)} rounds; {self.algo.title}'s rounds are "
+                             "synchronous (set max_staleness: 0 or algorithm: mgrpo)")
         if stale and self.loss.rollout_is == "none":
             raise ValueError(f"max_staleness {stale} needs loss.rollout_is: token or sequence: "
                              "stale samples are corrected by truncated importance weights "
@@ -400,10 +411,12 @@ class RunConfig(StrictModel):
                                  f"run's {self.optimizer_steps(name)} optimizer steps (rounds "
                                  "x mini_batches x ppo_epochs): the schedule would never leave "
                                  "its warm-up; shorten it or set lr_total_steps")
-        if self.loss.kl_in_reward and self.algorithm == "at_grpo":
-            raise ValueError("loss.kl_in_reward with algorithm at_grpo: the KL penalty is "
-                             "applied to mgrpo and grpo rewards only; put the KL in the loss "
-                             "(kl_in_reward: false, kl_estimator: k3+) or use mgrpo")
+        if self.loss.kl_in_reward and not self.algo.kl_in_reward:
+            takes = [n for n in algorithm_names() if get_algorithm(n).kl_in_reward]
+            raise ValueError(f"loss.kl_in_reward with algorithm {self.algorithm}: the KL "
+                             f"penalty is applied to {' and '.join(takes)} rewards only; put "
+                             "the KL in the loss (kl_in_reward: false, kl_estimator: k3+) or "
+                             "use mgrpo")
         if self.loss.eps_low >= 1:
             raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
         return self
@@ -427,9 +440,8 @@ class RunConfig(StrictModel):
         if self.loss.norm_length is not None:
             return self.loss.norm_length
         s = self.sampling
-        turns = {"grpo": s.planner_max_turns * (1 + s.subagent_max_turns), "at_grpo": 1}.get(
-            self.algorithm, max(s.planner_max_turns, s.subagent_max_turns))
-        return s.max_new_tokens * turns
+        return s.max_new_tokens * self.algo.max_turns(s.planner_max_turns,
+                                                      s.subagent_max_turns)
 
     def optimizer_steps(self, model: str) -> int:
         """The optimizer steps model ``model`` takes over the run: every stage's rounds x

@@ -219,7 +219,7 @@ def _run_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int 
     test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
     if done == 0:
         result.before = _eval_both(system, test, logger, "before", step=0)
-    if cfg.algorithm != "at_grpo" and any(cfg.staleness(m) > 0 for m in cfg.trained_models()):
+    if any(cfg.staleness(m) > 0 for m in cfg.trained_models()):  # cfg.algo.asynchronous
         from mgrpo.training.pipeline import run_async
 
         run_async(system, store, logger, schedule, done, stop_after, result, test)
@@ -232,7 +232,7 @@ def _run_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int 
             break
         if stage_index not in pools:
             pools[stage_index] = stage_pool(system, stage_index, cfg.name)
-        if cfg.algorithm == "at_grpo":  # tree sampling, groups (query, agent, turn)
+        if cfg.algo.tree:  # tree sampling, groups (query, agent, turn)
             from mgrpo.training.tree_round import run_at_grpo_round as round_fn
         else:
             round_fn = run_round

@@ -54,7 +54,7 @@ class System:
     def runner(self, greedy: bool = False) -> EpisodeRunner:
         planner = self.runtimes["planner"]
         subs = {r: rt for r, rt in self.runtimes.items() if r != "planner"}
-        if self.cfg.algorithm == "grpo":  # single agent: the planner plays every role
+        if self.cfg.algo.inline:  # single agent: the planner plays every role
             return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
                                  inline_tools={r: self.tools[r] for r in subs})
         return EpisodeRunner(planner, self.cards(), self.cfg.sampling,

@@ -45,7 +45,7 @@ from test_services_processes import start_system, wait_for
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.config import Settings
-from mgrpo.services.context import Queues, load_service_config, scored_models
+from mgrpo.services.context import Queues, load_service_config, round_spec
 from mgrpo.services.launcher import free_port
 from mgrpo.services.rounds import start_round
 
@@ -128,7 +128,7 @@ def reference(store, run_id: str, tiny: Path, cfg) -> tuple[list[dict], list[dic
     import torch
 
     from mgrpo.envs import load_benchmark
-    from mgrpo.services.context import load_engine, run_config_of
+    from mgrpo.services.context import load_engine, round_spec
     from mgrpo.services.trainer import TrainedModel, put_state
     from mgrpo.training.judging import build_expert_judges
     from mgrpo.training.rounds import train_model
@@ -140,7 +140,7 @@ def reference(store, run_id: str, tiny: Path, cfg) -> tuple[list[dict], list[dic
     adams = []
 
     def train(record) -> dict:
-        round_cfg = run_config_of(record.config)
+        round_cfg = round_spec(record).run
         outcomes = {(o.query_id, o.rollout): o
                     for o in store.read_planner_outcomes(record.round_id)}
         judge = build_expert_judges(round_cfg, load_benchmark(round_cfg.bench_dir), {},
@@ -190,7 +190,7 @@ def test_two_rank_trainer_equals_one_rank_and_resumes_after_sigkill(deployment, 
         # sent, so by then every planner trajectory is in (or prefetched from) its queue.
         pids = signal_job(first, signal.SIGSTOP)
         rid = start_round(store, bus, cfg, queues, run_id="two").round_id
-        others = set(scored_models(store.get_round(rid).config)) - {MODEL}
+        others = set(round_spec(store.get_round(rid)).scored_models) - {MODEL}
         assert others and wait_for(lambda: others <= store.published_models(rid), 120), \
             (others, store.published_models(rid))
         killed = kill_job(first, pids)

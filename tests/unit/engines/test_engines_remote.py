@@ -93,6 +93,7 @@ def test_refresh_weights_gives_a_remote_engine_the_plain_folder(served, tiny_dir
     from mgrpo.models import load_model
     from mgrpo.services.context import refresh_weights
     from mgrpo.store import Store
+    from mgrpo.training.config import ModelConfig, RunConfig
 
     local, url, _ = served
     store = Store(f"sqlite:///{tmp_path}/stats.db")  # a run with no checkpoint yet
@@ -100,8 +101,9 @@ def test_refresh_weights_gives_a_remote_engine_the_plain_folder(served, tiny_dir
     remote = RemoteEngine(url)
     with torch.no_grad():
         local.model.model.embed_tokens.weight.add_(1.0)  # the served weights drift
-    assert refresh_weights(store, remote, "planner", "run-b",
-                           {"models": {"planner": {"path": str(tiny_dir)}}})
+    cfg = RunConfig(agents={"planner": "planner"},
+                    models={"planner": ModelConfig(path=str(tiny_dir))})
+    assert refresh_weights(store, remote, "planner", "run-b", cfg)
     fresh = load_model(tiny_dir)[0].model.embed_tokens.weight
     assert torch.equal(local.model.model.embed_tokens.weight, fresh)  # the folder's, again
     remote.close()

@@ -36,7 +36,7 @@ RUN = "svc"
 def start(settings, cfg, store) -> TrainerService:
     trainer = TrainerService(settings, cfg, store, bus=None, model="searcher")
     trainer.load()
-    trainer.activate(RUN, cfg.model_dump(mode="json"))
+    trainer.activate(RUN, cfg)
     return trainer
 
 

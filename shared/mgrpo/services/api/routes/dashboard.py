@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse
 from mgrpo.dashboard import data, page, trace
 from mgrpo.services.api.deps import State
 from mgrpo.services.api.schemas import RoundId, RunId, errors
+from mgrpo.services.context import stored_run_config
 
 router = APIRouter(tags=["dashboard"])
 QueryId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")]
@@ -115,11 +116,9 @@ def round_episodes(round_id: Annotated[RoundId, Path()], state: State
 def episode(round_id: Annotated[RoundId, Path()], query_id: QueryId,
             rollout: Annotated[int, Path(ge=0, le=4096)], state: State) -> dict[str, Any]:
     record = _round(state, round_id)
-    run = state.store.get_run(record.run_id)
-    config = run.config if run and run.config.get("models") else \
-        state.cfg.model_dump(mode="json")
+    cfg = stored_run_config(state.store, record.run_id) or state.cfg
     found = trace.episode_trace(state.store, round_id, query_id, rollout,
-                                trace.tokenizer_from_config(config),
+                                trace.tokenizer_from_config(cfg),
                                 data.question_lookup(state.store, state.benchmark))
     if found is None:
         raise HTTPException(404, f"round {round_id!r} has no completed rollout {rollout} of "

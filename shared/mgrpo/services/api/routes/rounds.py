@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from mgrpo.services.api.deps import Authorized, State
 from mgrpo.services.api.routes.health import embedded_problem
 from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
+from mgrpo.services.context import round_spec
 from mgrpo.services.rounds import (
     RoundConflict,
     RoundRefused,
@@ -24,7 +25,7 @@ router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
 
 def _summary(state, round_id: str) -> RoundOut:
-    summary = round_summary(state.store, round_id)
+    summary = round_summary(state.store, round_id, state.cfg)
     if summary is None:
         raise HTTPException(404, f"round {round_id!r} does not exist; list rounds with "
                             "GET /v1/rounds")
@@ -74,7 +75,7 @@ def list_rounds(state: State, run_id: Annotated[RunId | None, Query()] = None
     rounds = state.store.list_rounds(run_id)
     published = state.store.published_models_by_round([r.round_id for r in rounds])
     return [RoundOut(**r.model_dump(exclude={"config"}),
-                     trained_models=r.config.get("trained_models", []),
+                     trained_models=round_spec(r, state.cfg).trained_models,
                      published_models=sorted(published[r.round_id]))
             for r in rounds]
 

@@ -1,0 +1,63 @@
+"""One round, typed: the run config a round was started with plus what it trains and scores.
+
+``start_round`` (services) and ``open_round`` (embedded) store a round's config as one JSON
+object with the round: the run config's keys plus ``trained_models`` and ``scored_models``.
+:meth:`RoundSpec.from_stored` parses it back where it leaves the store, and the parsed
+:class:`RoundSpec` is passed on from there (``spec.run`` wherever a run config goes).
+
+What this module does NOT do: read the store (callers hand it the stored dict) or decide
+which models a round trains (``mgrpo.services.rounds.start_round`` does).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from mgrpo.training.config import RunConfig
+from mgrpo.validation import StrictModel
+
+ROUND_KEYS = ("trained_models", "scored_models")  # in a round's config, not a RunConfig's
+
+
+class RoundSpec(StrictModel):
+    run: RunConfig = Field(description="The run config the round was started with.")
+    trained_models: list[str] = Field(
+        default_factory=list, description="Models this round updates.")
+    scored_models: list[str] = Field(
+        default_factory=list, description="Models whose trajectories this round stores and "
+        "scores: the trained ones and the frozen ones an agent plays (rewards, group "
+        "statistics and metrics, no update).")
+
+    @classmethod
+    def of(cls, run: RunConfig, trained: list[str] | None = None,
+           scored: list[str] | None = None) -> RoundSpec:
+        """A round of ``run`` that trains ``trained`` and scores ``scored`` (default: the
+        trained ones)."""
+        trained = list(trained or [])
+        return cls(run=run, trained_models=trained,
+                   scored_models=list(scored) if scored is not None else trained)
+
+    @classmethod
+    def from_stored(cls, config: dict, default: RunConfig | None = None) -> RoundSpec | None:
+        """Parse a round's (or a run's) stored config. One stored without a run config (no
+        ``models``) takes ``default``'s, with its own trained/scored models; None when there
+        is neither. A round stored without ``scored_models`` scores its trained models."""
+        round_keys = {k: config[k] for k in ROUND_KEYS if k in config}
+        if "models" in config:
+            run = RunConfig.model_validate({k: v for k, v in config.items()
+                                            if k not in ROUND_KEYS})
+        elif default is not None:
+            run = default
+        else:
+            return None
+        return cls.of(run, round_keys.get("trained_models"), round_keys.get("scored_models"))
+
+    def stored(self) -> dict:
+        """The JSON object the store keeps with the round (what :meth:`from_stored` reads)."""
+        return {**self.run.model_dump(mode="json"), "trained_models": self.trained_models,
+                "scored_models": self.scored_models}
+
+    def tree_round(self, index: int) -> bool:
+        """A tree round (AT-GRPO): a training round (index >= 0; a curriculum filter round,
+        index < 0, plays ordinary episodes) of a tree algorithm."""
+        return self.run.algo.tree and index >= 0

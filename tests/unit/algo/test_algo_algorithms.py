@@ -1,0 +1,44 @@
+"""The algorithm registry: every algorithm is one object both modes read; names are checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm, register_algorithm
+from mgrpo.algo.estimators import estimator_names
+
+
+def test_registered_algorithms_and_their_fields():
+    assert algorithm_names() == ["at_grpo", "grpo", "mgrpo"]
+    mgrpo, at_grpo, grpo = (get_algorithm(n) for n in ("mgrpo", "at_grpo", "grpo"))
+    assert (mgrpo.play, mgrpo.tree, mgrpo.inline, mgrpo.asynchronous) == \
+        ("delegate", False, False, True)
+    assert (at_grpo.play, at_grpo.tree, at_grpo.inline, at_grpo.asynchronous) == \
+        ("tree", True, False, False)
+    assert (grpo.play, grpo.tree, grpo.inline, grpo.asynchronous) == \
+        ("inline", False, True, True)
+    for name in algorithm_names():  # each groups its samples with a registered estimator
+        assert get_algorithm(name).estimator in estimator_names()
+
+
+def test_max_turns_per_sample():
+    """Dr. GRPO's L per algorithm, with 3 planner turns and 2 sub-agent turns."""
+    assert get_algorithm("mgrpo").max_turns(3, 2) == 3  # the longer agent's trajectory
+    assert get_algorithm("grpo").max_turns(3, 2) == 3 * (1 + 2)  # inline calls in context
+    assert get_algorithm("at_grpo").max_turns(3, 2) == 1  # a sample is one turn
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown algorithm 'ppo'; valid: \['at_grpo', "
+                                         r"'grpo', 'mgrpo'\]"):
+        get_algorithm("ppo")
+
+
+def test_a_second_algorithm_of_a_name_is_refused():
+    register_algorithm(get_algorithm("mgrpo"))  # the same object again: fine
+    clash = Algorithm(name="mgrpo", title="X", description="", play="tree",
+                      estimator="grpo", sample_turns="one", asynchronous=False,
+                      kl_in_reward=False)
+    with pytest.raises(ValueError, match="already registered"):
+        register_algorithm(clash)
+    assert get_algorithm("mgrpo").play == "delegate"
