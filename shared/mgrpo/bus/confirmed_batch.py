@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from kombu import Connection, Producer, Queue
 
 from mgrpo.bus.topology import WORK_EXCHANGE
+from mgrpo.errors import TransientError
 
 
-class PublishNotConfirmed(RuntimeError):
+class PublishNotConfirmed(TransientError):
     """The broker did not confirm every message of a batch (nack, unroutable, timeout):
     publish the whole batch again. Not an ``OSError``: kombu's ``ensure`` would take it for
     a lost connection and retry by itself; it is the caller's to retry."""

@@ -12,10 +12,11 @@ import time
 
 import httpx
 
+from mgrpo.errors import TransientError
 from mgrpo.sandbox.types import ExecRequest, ExecResult
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(TransientError):
     """The service could not run the call (down, overloaded past retries, or bad reply)."""
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 
+from mgrpo.errors import register_transient_check
 
+
+@register_transient_check  # the bus retries work that failed on these (mgrpo.bus.errors)
 def is_transient_db_error(error: BaseException) -> bool:
     """True when ``error`` means "the database is (momentarily) unreachable or restarting"."""
     if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:

@@ -92,3 +92,24 @@ def test_in_memory_bus_requeues_a_transient_failure(monkeypatch):
         assert calls == ["x", "x", "x"] and bus.dead_letters() == []
     finally:
         bus.close()
+
+
+def test_each_rooms_transient_errors_share_one_base_and_the_bus_imports_neither_room():
+    """The sandbox's and the bus's own transient errors derive from ``TransientError``; the
+    store registers its database check on import; ``mgrpo.bus.errors`` itself pulls in
+    neither the sandbox client nor the store."""
+    import subprocess
+    import sys
+
+    from mgrpo.bus.confirmed_batch import PublishNotConfirmed
+    from mgrpo.errors import TransientError
+    from mgrpo.sandbox.client import SandboxUnavailable
+
+    assert is_transient(SandboxUnavailable("down")) and is_transient(PublishNotConfirmed("x"))
+    assert issubclass(SandboxUnavailable, TransientError)
+    code = ("import sys, mgrpo.bus.errors; "
+            "print(sorted(m for m in sys.modules if m.startswith(('mgrpo.sandbox', "
+            "'mgrpo.store'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
