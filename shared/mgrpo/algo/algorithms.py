@@ -4,13 +4,13 @@ An algorithm is one small object: how its rounds are played, how its samples are
 scored, and which options it allows. Both modes (embedded and the services) look it up here
 and read its fields; no code outside this module compares algorithm names.
 
-| name    | play     | groups (advantage estimator)           | sample turns | async | KL in reward |
-| ------- | -------- | -------------------------------------- | ------------ | ----- | ------------ |
-| mgrpo   | delegate | planner: query; sub-agent: query after | longest      | yes   | yes          |
-|         |          | alignment to d slots (``mgrpo``)       | agent's      |       |              |
-| at_grpo | tree     | (query, agent, turn) (``at_grpo``)     | 1            | no    | no           |
-| grpo    | inline   | query (``grpo``)                       | planner's +  | yes   | yes          |
-|         |          |                                        | inline calls |       |              |
+| name    | play     | groups (advantage estimator)       | turns/sample | async | KL in reward |
+| ------- | -------- | ---------------------------------- | ------------ | ----- | ------------ |
+| mgrpo   | delegate | planner: query; sub-agent: query,  | longest      | yes   | yes          |
+|         |          | after alignment to d (``mgrpo``)   | agent's      |       |              |
+| at_grpo | tree     | (query, agent, turn) (``at_grpo``) | 1            | no    | no           |
+| grpo    | inline   | query (``grpo``)                   | planner's +  | yes   | yes          |
+|         |          |                                    | inline calls |       |              |
 
 ``play``: ``delegate`` - the planner delegates to sub-agents, each its own agent (a local pool
 embedded, the sub-agent workers over the bus distributed); ``inline`` - one agent, the planner,
@@ -92,8 +92,10 @@ register_algorithm(Algorithm(
     description="planner + sub-agents, per-agent groups with alignment"))
 register_algorithm(Algorithm(
     name="at_grpo", title="AT-GRPO", play="tree", estimator="at_grpo", sample_turns="one",
-    asynchronous=False, kl_in_reward=False, description="tree sampling, groups (query, agent, turn)"))
+    asynchronous=False, kl_in_reward=False,
+    description="tree sampling, groups (query, agent, turn)"))
 register_algorithm(Algorithm(
     name="grpo", title="GRPO", play="inline", estimator="grpo",
-    sample_turns="planner_with_inline_calls", asynchronous=True, kl_in_reward=True,
+    sample_turns="planner_with_inline_calls", asynchronous=True,
+    kl_in_reward=True,
     description="single agent, the planner calls the tools itself"))
