@@ -11,7 +11,7 @@ import pytest
 
 from mgrpo.bus import InMemoryBus
 from mgrpo.envs.questions import Question
-from mgrpo.services.context import Queues
+from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.planner_worker import PlannerWorker
 from mgrpo.services.trainer import round_ready
 from mgrpo.store import Store
@@ -48,7 +48,8 @@ class KillAfter:
 
 
 def finish(worker: PlannerWorker, played: Episode) -> None:
-    worker._finish(worker.p.store.get_round(ROUND), worker.p.cfg, [played])
+    record = worker.p.store.get_round(ROUND)
+    worker._finish(record, round_spec(record, worker.p.cfg), [played])
 
 
 def traj(agent: str, attempt: int, invocation: int = 0) -> Trajectory:
