@@ -31,11 +31,11 @@ from pathlib import Path
 
 import uvicorn
 
+from mgrpo.sandbox.app import create_app
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
-from services.sandbox.app import create_app
 
 REQUEST = ExecRequest(code="print(1+1)", timeout_s=5)
 

@@ -1,6 +1,8 @@
 """`mgrpo serve <service>`: start one service of the distributed system in this process.
 
-Each command is a thin shell: it reads settings and hands over to ``services/<name>/main.py``.
+Each command is a thin shell: it reads settings and hands over to the library's entry point
+(``mgrpo.services.entrypoints``; the sandbox: ``mgrpo.sandbox.app``), the same one the
+container shells in ``services/`` call.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
     """Run the tool sandbox service (POST /v1/execute, /healthz, /metrics)."""
     import uvicorn
 
+    from mgrpo.sandbox.app import create_app
     from mgrpo.sandbox.service import SandboxServiceSettings
-    from services.sandbox.app import create_app
 
     overrides = {k: v for k, v in {"max_concurrency": max_concurrency,
                                    "max_queue": max_queue}.items() if v is not None}
@@ -52,9 +54,9 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
             port: int = typer.Option(8000, help="TCP port of the REST API.")) -> None:
     """Run the planner REST API (/v1/queries, /v1/rounds, ..., /healthz, /readyz, /metrics;
     OpenAPI at /docs)."""
-    from services.planner.app import main
+    from mgrpo.services.entrypoints import serve_api
 
-    main(_settings(), host, port)
+    serve_api(_settings(), host, port)
     _exit_now()
 
 
@@ -62,9 +64,9 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
 def planner_worker(batch_size: int = typer.Option(64, min=1, help="Episode tasks played as "
                                                   "one batched run.")) -> None:
     """Run a planner worker: episodes from planner.episodes, delegations over the bus."""
-    from services.planner.worker import main
+    from mgrpo.services.entrypoints import serve_planner_worker
 
-    main(_settings(), batch_size)
+    serve_planner_worker(_settings(), batch_size)
     _exit_now()
 
 
@@ -77,9 +79,9 @@ def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (
              description: str = typer.Option("", help="One line the planner sees."),
              batch_size: int = typer.Option(64, min=1)) -> None:
     """Run one tool sub-agent; it registers itself, so the planner lists it."""
-    from services.subagent.main import main
+    from mgrpo.services.entrypoints import serve_subagent
 
-    main(_settings(), name, tool, model, description, batch_size)
+    serve_subagent(_settings(), name, tool, model, description, batch_size)
     _exit_now()
 
 
@@ -90,12 +92,12 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
     With MGRPO_TRAINER_NPROC > 1 (outside torchrun): as a torchrun job of that many ranks."""
     import os
 
+    from mgrpo.services.entrypoints import serve_trainer
     from mgrpo.services.trainer_ranks import torchrun_argv
-    from services.trainer.main import main
 
     settings = _settings()
     if settings.trainer_nproc > 1 and "WORLD_SIZE" not in os.environ:
         argv = torchrun_argv(settings.trainer_nproc, model)
         os.execv(argv[0], argv)  # torchrun becomes this process: signals reach it
-    main(settings, model)
+    serve_trainer(settings, model)
     _exit_now()

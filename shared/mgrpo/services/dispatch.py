@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Callable
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult
+from mgrpo.envs import protocol as P
+from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import SubagentCall, SubagentOutcome
 from mgrpo.training.subagents import FAILED_RESULT
 from mgrpo.types import trajectory_id
@@ -128,3 +130,18 @@ def _failed(call: SubagentCall, why: str) -> SubagentOutcome:
     log.warning("delegation to %r failed: %s", call.role, why)
     return SubagentOutcome(result=FAILED_RESULT, trajectory=None,
                            trace=[{"agent": call.role, "task": call.task, "error": why}])
+
+
+def registered_queue(store, role: str) -> str | None:
+    """The queue a registered sub-agent listens on; None: no such sub-agent (the call fails
+    fast instead of waiting on a queue nobody reads)."""
+    return next((a.queue for a in store.list_agents() if a.name == role), None)
+
+
+def agent_cards(store, cfg: RunConfig, alive_within_s: float | None = None) -> list:
+    """The planner's header lists the REGISTERED sub-agents (SPEC 2.1), in the order of the
+    run config, then any other registered ones."""
+    registered = {a.name: a for a in store.list_agents(alive_within_s=alive_within_s)}
+    order = [r for r in cfg.agents if r != "planner"] + sorted(registered)
+    return [P.AgentCard(name=name, description=registered[name].description or name)
+            for name in dict.fromkeys(order) if name in registered]

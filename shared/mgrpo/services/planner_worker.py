@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
 from mgrpo.config import Settings
-from mgrpo.envs import protocol as P
 from mgrpo.envs.questions import Question
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
@@ -55,7 +54,7 @@ from mgrpo.services.context import (
     refresh_weights,
     round_spec,
 )
-from mgrpo.services.dispatch import BusDispatch
+from mgrpo.services.dispatch import BusDispatch, agent_cards, registered_queue
 from mgrpo.services.tree_calls import play_trees
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
@@ -78,15 +77,6 @@ def answered_calls(trace: list[dict], role: str) -> int:
     one trajectory was sent to that sub-agent's trainer; failures carry ``error``)."""
     return sum(1 for event in trace
                if event.get("agent") == role and "format_ok" in event and "error" not in event)
-
-
-def agent_cards(store, cfg: RunConfig, alive_within_s: float | None = None) -> list:
-    """The planner's header lists the REGISTERED sub-agents (SPEC issue 5 item 4), in the
-    order of the run config, then any other registered ones."""
-    registered = {a.name: a for a in store.list_agents(alive_within_s=alive_within_s)}
-    order = [r for r in cfg.agents if r != "planner"] + sorted(registered)
-    return [P.AgentCard(name=name, description=registered[name].description or name)
-            for name in dict.fromkeys(order) if name in registered]
 
 
 @dataclass
@@ -175,12 +165,6 @@ class PlannerRuntime:
             refresh_weights(self.store, self.runtime.engine, self.runtime.model, run_id, cfg)
             self.dispatch.weights_version = self.runtime.engine.version
             return self.runner(cfg).run(jobs, greedy=greedy)
-
-
-def registered_queue(store, role: str) -> str | None:
-    """The queue a registered sub-agent listens on; None: no such sub-agent (the call fails
-    fast instead of waiting on a queue nobody reads)."""
-    return next((a.queue for a in store.list_agents() if a.name == role), None)
 
 
 class PlannerWorker:

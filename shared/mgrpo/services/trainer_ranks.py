@@ -1,11 +1,11 @@
-"""One model's trainer service as a ``torchrun`` job of N ranks (issue 13): data-parallel
+"""One model's trainer service as a ``torchrun`` job of N ranks: data-parallel
 updates over N processes with FSDP2 (default) or DDP, everything else exactly as the
 single-process trainer.
 
     torchrun --nproc-per-node N -m mgrpo.cli.main serve trainer --model M
 
-With ``WORLD_SIZE`` unset or 1 nothing here runs: ``services/trainer/main.py`` takes the
-single-process path unchanged.
+With ``WORLD_SIZE`` unset or 1 nothing here runs: ``mgrpo.services.entrypoints.serve_trainer``
+takes the single-process path unchanged.
 
 - **Rank 0 is the trainer service** (:class:`mgrpo.services.trainer.TrainerService`): it holds
   the lease ``trainer:<model>``, consumes ``trainer.<model>``, ingests into the store, waits

@@ -91,7 +91,7 @@ def play_trees(p, verifier, record, spec: RoundSpec, query_ids: list[str]) -> in
     """Play the trees of ``query_ids`` in round ``record`` (planner worker side, ``p`` its
     ``PlannerRuntime``; ``spec`` the round's); returns how many trees were played."""
     from mgrpo.services.context import refresh_weights
-    from mgrpo.services.planner_worker import agent_cards, registered_queue
+    from mgrpo.services.dispatch import agent_cards, registered_queue
 
     store, round_id, cfg = p.store, record.round_id, spec.run
     questions, attempts = [], {}

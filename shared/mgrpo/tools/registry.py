@@ -18,6 +18,7 @@ config does) or sandbox anything itself.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +26,9 @@ from typing import Any, Protocol, runtime_checkable
 from mgrpo.plugins import PluginError, check_call, load_object
 
 ROLE_TOOLS: dict[str, str] = {"searcher": "search", "coder": "python"}
+# The built-in tools' modules, imported (so they register) on the first look-up: importing the
+# registry does not import bm25s, and the registry does not depend on the tools it holds.
+BUILTIN_MODULES = ("mgrpo.tools.python", "mgrpo.tools.search")
 
 _REGISTRY: dict[str, type] = {}
 
@@ -130,5 +134,5 @@ def build_configured_tool(name: str, tools_cfg: Mapping[str, Mapping] | None = N
 
 
 def _load_builtins() -> None:
-    # Imported lazily so that importing the registry does not import bm25s.
-    from mgrpo.tools import python, search  # noqa: F401
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)

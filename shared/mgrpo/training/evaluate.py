@@ -8,10 +8,13 @@ reported: a warm start can look perfect greedily while its samples are noisy (SP
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from mgrpo.training.rounds import collect, score
+from mgrpo.training.run_state import write_json_atomic
 from mgrpo.training.scoring import expert_verdicts
+from mgrpo.training.system import out_path
 
 
 def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
@@ -77,3 +80,25 @@ def evaluate_subagent(system, role: str, questions: list, greedy: bool, seed: in
     return {f"{prefix}/tasks": float(len(calls)),
             f"{prefix}/r_expert": sum(r_expert) / len(calls),
             f"{prefix}/format_valid": len(valid) / len(calls)}
+
+
+def evaluate_both(system, test: list, logger, tag: str, step: int) -> dict:
+    """Sampled and greedy held-out accuracy of ``system`` on ``test``, written to
+    ``eval_{tag}.json`` (and each question's to ``eval_{tag}_questions.json``) and logged by
+    ``logger`` (a ``MetricsLogger``) at ``step`` = rounds of updates so far (round metrics at
+    step r describe round r's rollouts, made before its update)."""
+    from mgrpo.progress import progress_bar
+
+    started = time.perf_counter()
+    out = {}
+    questions: dict[str, dict[str, float]] = {}
+    with progress_bar(desc=f"eval {tag}", total=2 * len(test), enabled=logger.enabled) as bar:
+        for greedy in (False, True):
+            per = questions.setdefault("greedy" if greedy else "sampled", {})
+            out.update(evaluate(system, test, greedy=greedy, progress=bar.update,
+                                per_question=per))
+    write_json_atomic(out_path(system.cfg, f"eval_{tag}.json"), out)
+    # each question's correctness, for paired comparisons across runs (mgrpo ablate)
+    write_json_atomic(out_path(system.cfg, f"eval_{tag}_questions.json"), questions)
+    logger.log_eval(step, out, tag, seconds=time.perf_counter() - started)
+    return out

@@ -2,7 +2,7 @@
 
 A generation thread plays rounds in order on *sampler copies* of the trained models (their
 own modules and :class:`~mgrpo.engines.torch_engine.TorchEngine`); the calling thread
-scores, stores and trains each round as in :func:`mgrpo.training.loop.finish_round`, on the
+scores, stores and trains each round as in :func:`mgrpo.training.round_store.finish_round`, on the
 trainer's models, which the generation thread never touches. After every round the trainer
 publishes each model's new weights (a detached copy, tagged with the version). Admission
 control (:class:`mgrpo.algo.staleness.Admission`, ``"oldest"`` choice) decides when the
@@ -36,7 +36,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from mgrpo.algo.staleness import Admission
+from mgrpo.training.evaluate import evaluate, evaluate_both
+from mgrpo.training.round_store import finish_round, open_round, round_id_of
 from mgrpo.training.rounds import collect, sample_questions
+from mgrpo.training.stages import stage_pool
 
 
 @dataclass
@@ -116,7 +119,6 @@ class _Published:
 def _generate(sampler, published: _Published, rounds: list[tuple[int, int]], run_id: str,
               out: queue.Queue) -> None:
     """The generation thread: play ``rounds`` in order, each once admitted."""
-    from mgrpo.training.loop import round_id_of, stage_pool
 
     cfg = sampler.cfg
     pools: dict[int, list] = {}
@@ -150,7 +152,6 @@ def run_pipelined(system, store, run_id: str, rounds: list[tuple[int, int]],
     rounds ahead, per each model's ``max_staleness``. ``on_round(round_index, metrics)`` is
     called after each round is trained and checkpointed (logging, evaluation). Returns the
     rounds trained."""
-    from mgrpo.training.loop import finish_round, open_round
 
     if not rounds:
         return 0
@@ -188,9 +189,6 @@ def run_pipelined(system, store, run_id: str, rounds: list[tuple[int, int]],
 def run_async(system, store, logger, schedule: list, done: int, stop_after: int | None,
               result, test: list) -> None:
     """``run_training``'s rounds in the asynchronous mode (``mgrpo.training.pipeline``)."""
-    from mgrpo.training.evaluate import evaluate
-    from mgrpo.training.loop import _eval_both
-
     cfg = system.cfg
     todo = [(s, r) for s, r in schedule[done:] if stop_after is None or r < stop_after]
     ticks = logger.progress(todo, desc="rounds")
@@ -207,4 +205,4 @@ def run_async(system, store, logger, schedule: list, done: int, stop_after: int 
 
     run_pipelined(system, store, cfg.name, todo, on_round=on_round)
     if len(todo) == len(schedule) - done:
-        result.after = _eval_both(system, test, logger, "after", step=len(schedule))
+        result.after = evaluate_both(system, test, logger, "after", step=len(schedule))

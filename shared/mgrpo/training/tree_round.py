@@ -17,6 +17,7 @@ import torch
 from mgrpo.algo import at_grpo_advantages
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import mix_seed
+from mgrpo.training.round_store import open_round, publish_stats, round_id_of
 from mgrpo.training.scoring import GroupStat, Sample, frac_zero_std, score_episode
 from mgrpo.training.tree import TreeEpisode, TreeSampler
 from mgrpo.types import Trajectory
@@ -109,7 +110,6 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     and updates -> checkpoint."""
     import time
 
-    from mgrpo.training.loop import open_round, publish_stats, round_id_of
     from mgrpo.training.rounds import sample_questions
     from mgrpo.training.run_state import save_state
 

@@ -17,13 +17,13 @@ import httpx
 from prometheus_client import CollectorRegistry
 from serving import running_server
 
+from mgrpo.sandbox.app import create_app
 from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.services.dependencies import worker_needs
 from mgrpo.services.health import serve_health
 from mgrpo.services.launcher import free_port
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
-from services.sandbox.app import create_app
 
 
 def readyz(port: int) -> tuple[int, list[str]]:

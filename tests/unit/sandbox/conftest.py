@@ -20,7 +20,7 @@ def sandbox(request) -> LocalSandbox:
 
 @pytest.fixture(scope="module")
 def service_url() -> Iterator[str]:
-    from services.sandbox.app import create_app
+    from mgrpo.sandbox.app import create_app
 
     settings = SandboxServiceSettings(max_concurrency=8, max_queue=256)
     with running_server(create_app(settings)) as url:

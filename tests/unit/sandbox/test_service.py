@@ -11,11 +11,11 @@ import httpx
 import pytest
 from serving import running_server
 
+from mgrpo.sandbox.app import create_app
 from mgrpo.sandbox.client import SandboxClient, SandboxUnavailable
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
 from mgrpo.services.launcher import free_port
-from services.sandbox.app import create_app
 
 
 def test_execute_returns_the_contract_fields(service_url):

@@ -98,11 +98,11 @@ def test_staleness_zero_pipeline_is_the_synchronous_round(tmp_path, tiny_dir, be
 def test_staleness_one_samples_ahead_and_loses_nothing(tmp_path, tiny_dir, bench_dir,
                                                        ref_dir, monkeypatch):
     from mgrpo.store import Store
-    from mgrpo.training import loop, pipeline
+    from mgrpo.training import pipeline
     from mgrpo.training.loop import run_training
 
     started = {r: threading.Event() for r in range(3)}
-    real_collect, real_finish = pipeline.collect, loop.finish_round
+    real_collect, real_finish = pipeline.collect, pipeline.finish_round
 
     def collect(system, round_id, *a, **kw):
         started[int(round_id.rsplit("-r", 1)[1])].set()
@@ -115,7 +115,7 @@ def test_staleness_one_samples_ahead_and_loses_nothing(tmp_path, tiny_dir, bench
         return real_finish(system, store, run_id, round_index, *a, **kw)
 
     monkeypatch.setattr(pipeline, "collect", collect)
-    monkeypatch.setattr(loop, "finish_round", finish_round)
+    monkeypatch.setattr(pipeline, "finish_round", finish_round)
     cfg = _cfg(tmp_path, tiny_dir, bench_dir, ref_dir, max_staleness=1)
     result = run_training(cfg, progress=False)
     assert result.rounds == 3 and "eval/greedy/accuracy" in result.after

@@ -1,0 +1,128 @@
+"""The service processes' entry points: what ``mgrpo serve <service>`` runs and what each
+container shell (``services/<name>/``) calls. Each builds its service from settings and the
+shared run config, starts it, and serves health and metrics until a signal.
+
+- :func:`serve_api`: the planner's REST API (uvicorn over ``mgrpo.services.api.app``).
+- :func:`serve_planner_worker`: episodes from ``planner.episodes`` in batches
+  (``mgrpo.services.planner_worker``).
+- :func:`serve_subagent`: one tool sub-agent (``mgrpo.services.subagent_worker``).
+- :func:`serve_trainer`: one model's trainer (``mgrpo.services.trainer``); under ``torchrun``
+  with ``WORLD_SIZE`` > 1 one rank of a data-parallel trainer job: rank 0 is the service, the
+  other ranks follow it (``mgrpo.services.trainer_ranks``; FSDP2 or DDP:
+  ``MGRPO_TRAINER_STRATEGY``). A model with ``trainable: false`` is frozen: it scores only.
+
+What this module does NOT do: parse command lines (``mgrpo.cli.serve``) or hold any service
+logic (the modules named above).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mgrpo.config import Settings
+
+
+def serve_api(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+
+    from mgrpo.services.api.app import create_app
+    from mgrpo.services.api.routes.health import embedded_problem
+    from mgrpo.services.process import setup_logging
+
+    setup_logging(settings, "planner")
+    if (problem := embedded_problem(settings)) is not None:
+        logging.getLogger("mgrpo.planner").warning(problem)
+    uvicorn.run(create_app(settings=settings), host=host, port=port,
+                log_level=settings.log_level.lower(), log_config=None)  # our format
+
+
+def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
+    from mgrpo.services.context import load_service_config, make_bus, open_store
+    from mgrpo.services.dependencies import worker_needs
+    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.process import serve_until_signal, setup_logging
+
+    setup_logging(settings, "planner-worker")
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = make_bus(settings, store)
+    worker = PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus), batch_size)
+    worker.start()
+    serve_until_signal(settings, "planner-worker", {
+        "mgrpo_planner_episodes_done": lambda: worker.episodes_done,
+        "mgrpo_planner_weights_version": lambda: worker.p.runtime.engine.version,
+    }, stop=bus.close, bus=bus,  # inline (grpo): the planner runs the tools (python: sandbox)
+        needs=worker_needs(store, settings.sandbox_url if cfg.algo.inline else None))
+
+
+def serve_subagent(settings: Settings, name: str, tool: str, model: str | None = None,
+                   description: str = "", batch_size: int = 64) -> None:
+    from mgrpo.services.context import load_service_config, make_bus, open_store
+    from mgrpo.services.dependencies import worker_needs
+    from mgrpo.services.process import serve_until_signal, setup_logging
+    from mgrpo.services.subagent_worker import SubagentWorker
+
+    setup_logging(settings, f"subagent-{name}")
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = make_bus(settings, store)
+    worker = SubagentWorker(settings, cfg, store, bus, name, tool, model, description,
+                            batch_size=batch_size)
+    worker.start()
+
+    def stop() -> None:
+        worker.stop()
+        bus.close()
+
+    serve_until_signal(settings, f"subagent-{name}", {
+        "mgrpo_subagent_calls_done": lambda: worker.calls_done,
+        "mgrpo_subagent_weights_version": lambda: worker.runtime.engine.version,
+    }, stop=stop, bus=bus,
+        needs=worker_needs(store, settings.sandbox_url if tool == "python" else None))
+
+
+def serve_trainer(settings: Settings, model: str) -> None:
+    from mgrpo.services.context import load_service_config, make_bus, open_store
+    from mgrpo.services.process import serve_until_signal, setup_logging
+    from mgrpo.services.trainer import TrainerService
+    from mgrpo.services.trainer_ranks import (
+        Ranks,
+        follower_model,
+        strategy_for,
+        world_size,
+    )
+
+    ranks = None
+    if world_size() > 1:
+        ranks = Ranks(settings.device)
+        settings = settings.model_copy(update={"device": ranks.device})
+    if ranks is not None and ranks.rank > 0:
+        setup_logging(settings, f"trainer-{model}-rank{ranks.rank}")
+        cfg = load_service_config(settings)
+        lm = follower_model(settings, cfg, model)
+        ranks.wrap(lm.model, strategy_for(settings, cfg, model))
+        ranks.follow(lm)
+        return
+    setup_logging(settings, f"trainer-{model}")
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = make_bus(settings, store)
+    trainer = TrainerService(settings, cfg, store, bus, model)
+    if ranks is not None:
+        trainer.load()
+        ranks.wrap(trainer.lm.model, strategy_for(settings, cfg, model))
+        ranks.lead(trainer.lm)
+    trainer.start()
+
+    def stop() -> None:
+        trainer.stop()
+        if ranks is not None:
+            ranks.stop()
+        bus.close()
+
+    serve_until_signal(settings, f"trainer-{model}", {
+        "mgrpo_trainer_rounds_trained": lambda: trainer.rounds_trained,
+        "mgrpo_trainer_weights_version": lambda: trainer.lm.version if trainer.lm else 0,
+        "mgrpo_trainer_lease_held": lambda: float(trainer.lease.held()),
+        "mgrpo_trainer_ranks": lambda: float(ranks.world if ranks else 1),
+    }, stop=stop, bus=bus, needs=trainer.not_ready)

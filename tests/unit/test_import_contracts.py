@@ -1,0 +1,188 @@
+"""The import contracts of docs/architecture.md, checked on the source (a small AST walk).
+
+- The library (``shared/mgrpo``) never imports the top-level ``services`` package (the
+  container shells call the library, never the reverse), at module level or in a function.
+- ``mgrpo.algo`` is pure math: it imports only ``mgrpo.algo`` itself, torch, numpy, pydantic
+  and the standard library.
+- No first-party import circle at module level (the imports a module runs when it is
+  imported, ``if TYPE_CHECKING:`` blocks left out). A function-level import does not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY = ROOT / "shared"
+SHELLS = ROOT / "services"
+ALGO_ALLOWED = {"torch", "numpy", "pydantic", "__future__"}
+
+
+def module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def sources() -> dict[str, Path]:
+    """First-party module name -> file: the library and the container shells."""
+    found = {module_name(p, LIBRARY): p for p in (LIBRARY / "mgrpo").rglob("*.py")}
+    found.update({module_name(p, ROOT): p for p in SHELLS.rglob("*.py")})
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports(path: Path, name: str, module_level: bool) -> list[tuple[str, int]]:
+    """(imported module, line) of every import in ``path`` (module ``name``); with
+    ``module_level``, only those run at import time (not in functions or TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if module_level and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef
+                                           | ast.Lambda):
+                continue
+            if module_level and isinstance(child, ast.If) and _is_type_checking(child):
+                for stmt in child.orelse:
+                    visit(stmt)
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((alias.name, child.lineno) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                out.append((base, child.lineno))
+                out.extend((f"{base}.{alias.name}", child.lineno) for alias in child.names)
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def first_party_graph() -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports at module level."""
+    modules = sources()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = {target for target, _ in imports(path, name, module_level=True)
+                       if target in modules and target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_library_never_imports_the_service_shells():
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+           for name, path in sources().items() if name.startswith("mgrpo")
+           for target, line in imports(path, name, module_level=False)
+           if target == "services" or target.startswith("services.")]
+    assert not bad, "the library imports the container shells (call it from them):\n" + \
+        "\n".join(bad)
+
+
+def test_algo_imports_only_algo_torch_numpy_pydantic_and_the_standard_library():
+    allowed = ALGO_ALLOWED | set(sys.stdlib_module_names)
+    bad = []
+    for name, path in sources().items():
+        if name != "mgrpo.algo" and not name.startswith("mgrpo.algo."):
+            continue
+        for target, line in imports(path, name, module_level=False):
+            top = target.partition(".")[0]
+            if target == "mgrpo.algo" or target.startswith("mgrpo.algo.") or top in allowed:
+                continue
+            bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, "mgrpo.algo is pure math (torch, numpy, pydantic, stdlib):\n" + \
+        "\n".join(bad)
+
+
+def test_no_module_level_first_party_import_circle():
+    found = cycles(first_party_graph())
+    assert not found, "module-level import circles (move the shared piece down a room, or " \
+        "import inside the function with a comment why):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checker_sees_a_circle_and_a_forbidden_import(tmp_path):
+    """The walk itself: a two-module circle is found, a function-level import is not an
+    edge, and relative imports resolve."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg import b\n")
+    (tmp_path / "pkg" / "b.py").write_text("from . import a\ndef f():\n    import pkg.c\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.b\n")
+    names = {module_name(p, tmp_path): p for p in (tmp_path / "pkg").rglob("*.py")}
+    graph = {n: {t for t, _ in imports(p, n, module_level=True) if t in names and t != n}
+             for n, p in names.items()}
+    assert graph["pkg.b"] == {"pkg", "pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_container_shells_are_the_librarys_entry_points():
+    """``services/<name>/`` only names the library's entry point (the CLI runs the same)."""
+    from mgrpo.sandbox.app import create_app
+    from mgrpo.services import entrypoints
+    from services.planner import app, worker
+    from services.sandbox import app as sandbox_app
+    from services.subagent import main as subagent
+    from services.trainer import main as trainer
+
+    assert app.main is entrypoints.serve_api
+    assert worker.main is entrypoints.serve_planner_worker
+    assert subagent.main is entrypoints.serve_subagent
+    assert trainer.main is entrypoints.serve_trainer
+    assert sandbox_app.create_app is create_app
