@@ -1,4 +1,4 @@
-"""Paired comparison of two trained systems on the same held-out questions (issue 17.3).
+"""Paired comparison of two trained systems on the same held-out questions.
 
 Two arms A and B are each trained with several RL seeds (runs) and evaluated on the same
 questions. ``a[s][i]`` is run s of arm A's score on question i (1 correct, 0 not). The

@@ -1,7 +1,7 @@
 """How the ``mgrpo`` command reports an error: one line saying what is wrong, one hint.
 
-A config typo or a missing model folder used to print a ~40-line traceback whose last line was
-the only useful one. :class:`ErrorReportingGroup` (the root command group) catches
+A config typo or a missing model folder would otherwise print a ~40-line traceback whose last
+line is the only useful one. :class:`ErrorReportingGroup` (the root command group) catches
 every exception a command raises and prints ``error: ...`` plus a hint instead; ``--debug``
 (or ``MGRPO_DEBUG=1``) lets the traceback through for a bug report.
 

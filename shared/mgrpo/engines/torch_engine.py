@@ -25,7 +25,7 @@ refuses those for training, see ``mgrpo.training.config.SamplingConfig``).
 Seeds: see :mod:`mgrpo.engines.sampling` (one generator per request; a batch draws each row's
 uniforms at its start, :func:`~mgrpo.engines.sampling.draw_uniforms`). Without top-k/top-p
 the draw skips the vocabulary sort (``sort_free=True``, the default; ``False`` gives the
-sorted inverse CDF of earlier versions, same distribution, other tokens for a seed).
+sorted inverse CDF, same distribution, other tokens for a seed).
 
 What it does NOT do: continuous batching (a batch runs to its end), prefix caching across
 calls, speculative decoding, or beam search.

@@ -1,5 +1,5 @@
 """Sharding, loading and checkpointing of one model across the ranks of a torchrun trainer
-(issue 13; the rank protocol is :mod:`mgrpo.services.trainer_ranks`).
+(the rank protocol is :mod:`mgrpo.services.trainer_ranks`).
 
 - **Strategy** (``MGRPO_TRAINER_STRATEGY``): ``fsdp`` (default) shards every decoder layer
   and the root with FSDP2 (``torch.distributed.fsdp.fully_shard``): each rank holds 1/N of

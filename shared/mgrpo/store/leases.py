@@ -1,5 +1,5 @@
 """Named leases with an expiry: how "only one of these may act" is enforced across processes
-(one active trainer per model, issue 13). A lease row is taken by one atomic
+(one active trainer per model). A lease row is taken by one atomic
 ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (PostgreSQL and SQLite alike): it succeeds when
 the name is free, already ours (a renewal), or expired. A holder that dies stops renewing, so
 its lease expires after ``ttl_s`` and another process may take it.

@@ -81,8 +81,8 @@ class RoundsMixin(StoreBase):
         Unknown query ids get a bare ``queries`` row (fill it with :meth:`upsert_queries`).
         ``queries``: their full rows, written (as :meth:`upsert_queries` does) in the same
         transaction; ``running``: the round starts as 'running' (``started_at`` stamped), as
-        :meth:`set_round_status` would. One commit where a round's start used to take three
-        (a commit is a WAL flush, ~6 ms on this machine's PostgreSQL).
+        :meth:`set_round_status` would. One commit for a round's start instead of three (a
+        commit is a WAL flush, ~6 ms on this machine's PostgreSQL).
 
         ``unfinished``: the run's unfinished rounds the caller decided with (none: a
         synchronous run). In the same transaction, under a lock on the run's row (SQLite:

@@ -1,4 +1,4 @@
-"""`mgrpo compare`: trained arms side by side on the same held-out questions (issue 17.6).
+"""`mgrpo compare`: trained arms side by side on the same held-out questions.
 
 An arm is a name and the run folders of its seeds (``mgrpo train``/``mgrpo ablate`` out
 dirs, each with ``eval_after_questions.json`` and ``metrics.csv``). For each arm: held-out

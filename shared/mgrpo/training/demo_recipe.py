@@ -4,9 +4,9 @@ a later `mgrpo demo` or `mgrpo ablate --demo-dir` on it asks for the same one.
 A demo folder holds a benchmark, demonstrations and warm-started models, and finished RL
 runs point at that benchmark. ``prepare`` reuses models it finds and saves the benchmark
 again, so a second call with another recipe (another ``--config``, seed or test split)
-used to replace the benchmark those runs were evaluated on, and train on models built from
-the first recipe without a word. :func:`claim` records the recipe in ``recipe.json`` on
-first use and refuses a different one later, before anything is written.
+would replace the benchmark those runs were evaluated on, and train on models built from
+the first recipe without a word. :func:`claim` prevents that: it records the recipe in
+``recipe.json`` on first use and refuses a different one later, before anything is written.
 
 The recipe is every :class:`DemoConfig` field except those that only shape the RL rounds,
 the evaluation or the CPU settings (``RL_ONLY``): those may change between calls on one

@@ -1,4 +1,4 @@
-"""One model's policy update as a ``torchrun`` job of N ranks (issue 13 item 3, first part).
+"""One model's policy update as a ``torchrun`` job of N ranks.
 
 Why DDP and not FSDP2: ``torch.distributed.fsdp.fully_shard`` shards parameters over
 DTensors; on this machine's CPU-only gloo build we use DistributedDataParallel, which every

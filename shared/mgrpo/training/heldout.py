@@ -1,8 +1,8 @@
 """What ``mgrpo eval`` evaluates: which questions, which weights, which benchmark.
 
 - Questions: the first ``n`` of a split, of one stage. A selection that would mix stage-1
-  look-ups with stage-2 questions is refused unless asked for (``stage="all"``): ``--n 200``
-  on a small benchmark used to slip stage-2 questions into a "stage-1" number.
+  look-ups with stage-2 questions is refused unless asked for (``stage="all"``), so ``--n
+  200`` on a small benchmark never slips stage-2 questions into a "stage-1" number.
 - Weights: a run's latest checkpoints (``out_dir/checkpoints/<name>``), loaded over the models'
   starting ``path`` s, so one config evaluates the warm start and the trained system.
 - Benchmark: the run's benchmark config rebuilt with another generator seed (new entities,

@@ -1,4 +1,4 @@
-"""One single-agent GRPO step, public: prompts in, one policy update out (issue 15 item 3).
+"""One single-agent GRPO step, public: prompts in, one policy update out.
 
 The M-GRPO round (``mgrpo.training.rounds``) is multi-agent and episode-based; a user (or a
 benchmark against TRL's ``GRPOTrainer``) that wants plain GRPO on one model would otherwise

@@ -2,9 +2,9 @@
 answers 202 at once; ``GET /v1/evaluations/{id}`` says how far it is and, once done, its
 accuracy.
 
-Why: an evaluation plays one episode per held-out question, minutes with a real model. It
-used to hold the planner (and an HTTP request) for its whole length, so no query was
-answered until it ended. Now its episodes go to the model thread's background lane
+Why: an evaluation plays one episode per held-out question, minutes with a real model; held
+in the planner (and an HTTP request) for its whole length, it would leave every query
+unanswered until it ended. Its episodes go to the model thread's background lane
 (:meth:`~mgrpo.services.api.query_batcher.QueryBatcher.submit_background`): a batch takes
 the waiting queries first, keeping a quarter of its slots for the evaluation, so neither
 waits for the other to finish; the job itself is an asyncio task that holds no server
@@ -181,7 +181,8 @@ class EvaluationJobs:
                 job.n_questions = len(questions)
                 await self._write(job, n_questions=job.n_questions)
             # a fresh id per evaluation: sub-agents drop a call id they have answered before,
-            # so a second evaluation of the same questions used to wait out every delegation
+            # so a second evaluation of the same questions with the same ids would wait out
+            # every delegation
             run = job.evaluation_id[:8]
             episodes_jobs = [EpisodeJob(q, f"query-eval{run}-{q.id}", 0, mix_seed("eval", q.id))
                              for q in questions]

@@ -1,9 +1,9 @@
 """Backpressure and batching for the planner API's model work: one model thread, two lanes.
 
-Why: every query used to take the planner's lock in a thread of the server's shared pool,
-one at a time, so 200 clients got the throughput of one, and ``/healthz`` waited behind them
-for a free thread (down for minutes under load); an evaluation held that lock for its whole
-length, so no query was answered until it ended. Here:
+Why: if every query took the planner's lock in a thread of the server's shared pool, one at
+a time, 200 clients would get the throughput of one, ``/healthz`` would wait behind them for
+a free thread (down for minutes under load), and an evaluation holding that lock for its
+whole length would answer no query until it ended. Here:
 
 - at most ``max_in_flight`` queries are admitted (playing + waiting); the next one is refused
   at once with :class:`Busy` (HTTP 429 with ``Retry-After``), so load is shed instead of

@@ -1,8 +1,7 @@
 """Checkpoints belong to a run: ``checkpoints.run_id`` and the key (run_id, model, version).
 
-Before this, versions were global per model, so a second run's round rewrote the first run's
-version (issue 11 item 2, issue 16 item 4). Existing rows get the run of their round
-(``rounds.run_id``), or ``''`` when they have none.
+Versions are per run, so a second run's round never rewrites the first run's version.
+Existing rows get the run of their round (``rounds.run_id``), or ``''`` when they have none.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,5 +1,5 @@
 """Leases: ``leases(name, holder, acquired_at, renewed_at, expires_at)``, so that one trainer
-per model trains while a second one of the same model waits (issue 13).
+per model trains while a second one of the same model waits.
 
 Revision ID: 0003
 Revises: 0002
