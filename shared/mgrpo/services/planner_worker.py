@@ -202,13 +202,13 @@ class PlannerWorker:
 
     def _play_tasks(self, tasks: list[EpisodeTask], records: dict) -> None:
         store, began = self.p.store, time.perf_counter()
-        configs: dict[str, RoundSpec] = {  # round id -> the spec its episodes run with
+        specs: dict[str, RoundSpec] = {  # round id -> the spec its episodes run with
             rid: round_spec(record, self.p.cfg) for rid, record in records.items()
             if record is not None and record.status not in ("cancelled", "failed", "done")}
-        tasks = [t for t in tasks if t.round_id in configs]
+        tasks = [t for t in tasks if t.round_id in specs]
         trees: dict[str, list[str]] = {}  # AT-GRPO round id -> query ids (a task = a tree)
         for task in tasks:
-            if configs[task.round_id].tree_round(records[task.round_id].index):
+            if specs[task.round_id].tree_round(records[task.round_id].index):
                 trees.setdefault(task.round_id, []).append(task.query_id)
         tasks = [t for t in tasks if t.round_id not in trees]
         # one transaction for the batch's attempts, one query for its questions
@@ -224,29 +224,29 @@ class PlannerWorker:
                                "the store; start rounds with start_round")
             question = Question(id=query.query_id, question=query.question or "",
                                 answer=query.answer or "")
-            seed = mix_seed(configs[task.round_id].run.seed, task.round_id, query.query_id,
+            seed = mix_seed(specs[task.round_id].run.seed, task.round_id, query.query_id,
                             task.rollout)
             jobs.append(EpisodeJob(question, task.round_id, task.rollout, seed, attempt))
         for round_id, query_ids in trees.items():
-            verifier = self.p.verifier(configs[round_id])
+            verifier = self.p.verifier(specs[round_id].run)
             before = verifier.errors
             self.episodes_done += play_trees(self.p, verifier, records[round_id],
-                                             configs[round_id], query_ids)
+                                             specs[round_id], query_ids)
             self._count_verifier_errors(records[round_id], verifier.errors - before)
             self._end_rollouts(round_id)
         if not jobs:
             return
         groups: dict[tuple[str, str], list[EpisodeJob]] = {}
         for job in jobs:  # one batched run per (run, algorithm): a batch rarely mixes rounds
-            key = (records[job.round_id].run_id, configs[job.round_id].run.algorithm)
+            key = (records[job.round_id].run_id, specs[job.round_id].run.algorithm)
             groups.setdefault(key, []).append(job)
         for (run_id, _), group in groups.items():
             first, started = group[0].round_id, time.perf_counter()
-            episodes = self.p.play(group, greedy=False, cfg=configs[first].run, run_id=run_id)
+            episodes = self.p.play(group, greedy=False, cfg=specs[first].run, run_id=run_id)
             played = time.perf_counter()
             self.finish_s = {"publish": 0.0, "store": 0.0}
             for round_id in dict.fromkeys(e.job.round_id for e in episodes):
-                self._finish(records[round_id], configs[round_id],
+                self._finish(records[round_id], specs[round_id],
                              [e for e in episodes if e.job.round_id == round_id])
             log.info("planner worker: %d episodes prepared in %.3f s, played in %.3f s, "
                      "finished in %.3f s (publish %.3f, store %.3f)", len(group),
