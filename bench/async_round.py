@@ -138,7 +138,7 @@ def distributed_runs(paths, root: Path, args) -> list[dict]:
     ``start_round`` admits it (``RoundConflict`` otherwise: retried every 50 ms), then wait
     for the last. Timed from the first start to the last ``done``."""
     import yaml
-    from round import _delete_queues, start_services
+    from round_services import delete_queues, start_services
 
     from mgrpo.bus.kombu_bus import KombuBus
     from mgrpo.services.context import Queues
@@ -210,7 +210,7 @@ def distributed_runs(paths, root: Path, args) -> list[dict]:
         finally:
             procs.stop_all()
             bus.close()
-            _delete_queues(args.broker_url, prefix, procs, base)
+            delete_queues(args.broker_url, prefix, procs, base)
             store.close()
     return rows
 

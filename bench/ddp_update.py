@@ -33,8 +33,9 @@ def run(ranks: int, model: Path, samples: Path, out: Path, micro: int) -> dict:
 
 
 def main() -> None:
-    args = parse_args(__doc__, repeats=3, out=RESULT_FILE)
-    times, loads = time_setups(args, (1, 2), args.repeats, lambda ranks, model, samples, out:
+    args = parse_args(__doc__, repeats=3, out=RESULT_FILE, setups=("1", "2"))
+    ranks = tuple(int(name) for name in args.setups)
+    times, loads = time_setups(args, ranks, args.repeats, lambda ranks, model, samples, out:
                                run(ranks, model, samples, out, args.micro_batch_size)["update_s"])
     median = {r: statistics.median(t) for r, t in times.items()}
     result = {
@@ -42,7 +43,7 @@ def main() -> None:
         "micro_batch_size": args.micro_batch_size, "repeats": args.repeats,
         "update_s": {str(r): [round(x, 3) for x in t] for r, t in times.items()},
         "median_update_s": {str(r): round(m, 3) for r, m in median.items()},
-        "speedup_2_over_1": round(median[1] / median[2], 3),
+        "speedup_2_over_1": round(median[1] / median[2], 3) if len(median) == 2 else None,
     }
     write_result(result, loads, args.out)
 

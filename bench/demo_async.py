@@ -24,6 +24,7 @@ that load). Output: ``bench/results/demo_async.json``.
 Usage (~20-40 min on 2 loaded cores)::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_async.py --out runs/demo-async-bench
+    # smaller demos (both arms): --demo-config FILE, DemoConfig fields as `mgrpo demo --config`
     # or only summarise two finished demo folders:
     .venv/bin/python bench/demo_async.py --summarise --out runs/demo-async-bench
 """
@@ -145,9 +146,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--summarise", action="store_true",
                         help="do not run; summarise the finished folders under --out")
     parser.add_argument("--result", type=Path, default=RESULT_FILE)
+    parser.add_argument("--demo-config", type=Path, default=None,
+                        help="YAML of DemoConfig fields for both demos (`mgrpo demo --config`)")
     args = parser.parse_args(argv)
-    extras = {"sync": ["--seed", str(args.seed)],
-              "async": ["--seed", str(args.seed), "--set", f"max_staleness={args.staleness}",
+    common = ["--seed", str(args.seed)]
+    if args.demo_config is not None:
+        common += ["--config", str(args.demo_config)]
+    extras = {"sync": common,
+              "async": [*common, "--set", f"max_staleness={args.staleness}",
                         "--set", "loss.rollout_is=token"]}
     dirs = {arm: args.out / arm for arm in extras}
     if not args.summarise:

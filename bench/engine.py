@@ -129,7 +129,8 @@ def _sampler_rows(vocabs: list[int], batch: int = 32, repeats: int = 200) -> lis
     return rows
 
 
-def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool = False) -> dict:
+def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool = False,
+        sampler_vocabs: list[int] | None = None) -> dict:
     tmp = tempfile.TemporaryDirectory()
     folder = init_tiny(Path(tmp.name) / "tiny", TinyModelConfig())
     model, tok = load_model(folder)
@@ -178,7 +179,7 @@ def run(batch_sizes: list[int], new_tokens: int, repeats: int, with_vllm: bool =
             "machine": platform.processor() or platform.machine(), "repeats": repeats,
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "results": rows, "sampler": _sampler_rows([len(tok), 151_936])}
+            "results": rows, "sampler": _sampler_rows(sampler_vocabs or [len(tok), 151_936])}
 
 
 def main() -> None:
@@ -187,9 +188,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vllm", action="store_true", help="add the vLLM row (.venv-vllm)")
+    parser.add_argument("--sampler-vocabs", type=int, nargs="+", default=None,
+                        help="vocabulary sizes of the sampler rows (default: the tiny "
+                        "model's and Qwen2's 151,936)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine.json"))
     args = parser.parse_args()
-    report = run(args.batch_sizes, args.new_tokens, args.repeats, args.vllm)
+    report = run(args.batch_sizes, args.new_tokens, args.repeats, args.vllm,
+                 args.sampler_vocabs)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

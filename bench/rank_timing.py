@@ -38,13 +38,16 @@ def make_inputs(root: Path, n_samples: int, length: int) -> tuple[Path, Path]:
     return model, samples
 
 
-def parse_args(doc: str, repeats: int, out: Path) -> argparse.Namespace:
+def parse_args(doc: str, repeats: int, out: Path, setups: tuple[str, ...]) -> argparse.Namespace:
+    """The shared options; ``--setups`` picks some of ``setups`` (names; default all)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=48)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--out", default=str(out))
+    parser.add_argument("--setups", nargs="+", choices=setups, default=list(setups),
+                        help="run only these (the ratios need all of them)")
     return parser.parse_args()
 
 

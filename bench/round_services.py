@@ -111,7 +111,7 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
                 for name in procs.procs:
                     (logs_to / f"{name}.log").write_text(procs.log(name))
             bus.close()
-            _delete_queues(broker_url, prefix, procs, cfg)
+            delete_queues(broker_url, prefix, procs, cfg)
             store.close()
     return data
 
@@ -228,7 +228,7 @@ def _with_results(timed: RoundData, data: RoundData) -> RoundData:
     return data
 
 
-def _delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses, cfg) -> None:
+def delete_queues(broker_url: str, prefix: str, procs: ServiceProcesses, cfg) -> None:
     """Work queues of this prefix and the planner worker's reply queue (durable: they would
     otherwise outlive the run; its name is ``planner.replies.<host>-<pid>``)."""
     from kombu import Connection

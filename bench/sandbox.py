@@ -8,6 +8,7 @@ mean little on a busy machine). It does not measure isolation strength, only ove
 
     python bench/sandbox.py [--calls 200] [--threads 4] [--isolation bwrap|root|userns|none]
     python bench/sandbox.py --compare bwrap root [--calls 200]
+    [--out FILE]   # instead of bench/results/
 
 `--compare` alternates single in-process calls between the given modes (so a busy machine
 slows each mode alike) and reports, per mode, latency percentiles and the CPU time the
@@ -110,7 +111,10 @@ def main() -> None:
     parser.add_argument("--isolation", default="auto",
                         choices=["auto", "bwrap", "root", "userns", "none"])
     parser.add_argument("--compare", nargs="+", choices=["bwrap", "root", "userns", "none"])
+    parser.add_argument("--out", type=Path, default=None, help="result file (default "
+                        "bench/results/sandbox-<mode>.json, or sandbox-compare.json)")
     args = parser.parse_args()
+    results_dir = Path(__file__).parent / "results"
     if args.compare:
         load_before = os.getloadavg()[0]
         results = {"snippet": REQUEST.code, "cpus": os.cpu_count(),
@@ -119,7 +123,7 @@ def main() -> None:
                                                round(os.getloadavg()[0], 2)]}
         text = json.dumps(results, indent=2)
         print(text)
-        (Path(__file__).parent / "results" / "sandbox-compare.json").write_text(text + "\n")
+        (args.out or results_dir / "sandbox-compare.json").write_text(text + "\n")
         return
 
     load_before = os.getloadavg()
@@ -143,7 +147,7 @@ def main() -> None:
     thread.join(timeout=10)
     text = json.dumps(results, indent=2)
     print(text)
-    out = Path(__file__).parent / "results" / f"sandbox-{sandbox.mode}.json"
+    out = args.out or results_dir / f"sandbox-{sandbox.mode}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
 

@@ -92,8 +92,9 @@ def main() -> None:
         model, samples, repeats, micro, out, how = sys.argv[2:8]
         worker(model, samples, int(repeats), int(micro), out, how)
         return
-    args = parse_args(__doc__, repeats=5, out=RESULT_FILE)
-    setups = ((1, "single"), (2, "fsdp"), (2, "ddp"))
+    names = {"1": (1, "single"), "2-fsdp": (2, "fsdp"), "2-ddp": (2, "ddp")}
+    args = parse_args(__doc__, repeats=5, out=RESULT_FILE, setups=tuple(names))
+    setups = tuple(names[name] for name in args.setups)
     runs, loads = time_setups(args, setups, 1, lambda setup, model, samples, out: run(
         *setup, model, samples, args.repeats, args.micro_batch_size, Path(f"{out}.json")))
     result: dict = {"samples": args.samples, "length": args.length,
@@ -109,7 +110,8 @@ def main() -> None:
         result["save_s"][name] = round(got["save_s"], 3)
     median = result["median_update_s"]
     result["speedup_2_over_1"] = {how: round(median["1"] / median[f"2-{how}"], 3)
-                                  for how in ("fsdp", "ddp")}
+                                  for how in ("fsdp", "ddp")
+                                  if "1" in median and f"2-{how}" in median}
     write_result(result, loads, args.out)
 
 
