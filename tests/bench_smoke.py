@@ -26,7 +26,7 @@ HELPERS = {"rank_timing.py": "ddp_update.py, trainer_ranks.py",
 # The scripts each tier runs (the tests assert that every script of bench/ is in one).
 UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "ddp_update.py",
                 "demo_async.py", "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
-                "scaling.py", "trainer_ranks.py")
+                "scaling.py", "trainer_ranks.py", "update_mfu.py")
 SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py")
 
 

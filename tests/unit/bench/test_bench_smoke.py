@@ -100,6 +100,15 @@ def test_api_load(tmp_path):
     assert read_json(tmp_path / "r.json")
 
 
+def test_update_mfu_tiny_shape(tmp_path):
+    run_bench("update_mfu.py", "--smoke", "--out", str(tmp_path / "r.json"))
+    result = read_json(tmp_path / "r.json")
+    assert result["shape"] == "tiny" and [r["dtype"] for r in result["rows"]] == ["fp32", "bf16"]
+    for row in result["rows"]:
+        assert row["model_flops_per_cpu_s"] > 0 and row["matmul_peak_after"]["n"] == 128
+        assert sum(row["profile"]["share_by_kind"].values()) == pytest.approx(1, abs=1e-3)
+
+
 def test_demo_async_two_tiny_demos(tmp_path):
     tiny = {"demos_per_agent": 16, "n_train": 120, "n_test": 20, "vocab_size": 300,
             "sft_batch": 4, "sft_steps": {"planner": 2, "searcher": 2, "coder": 2},
