@@ -9,8 +9,8 @@ pi_old from the update's own forward, entropy diagnostic) runs over a fixed batc
 advantages +-1). Per dtype (``--dtypes``):
 
 - ``fp32``: float32 weights and arithmetic;
-- ``bf16``: float32 master weights and Adam, the forward and backward under
-  ``torch.autocast(dtype=torch.bfloat16)`` (mixed precision).
+- ``bf16``: the trainer's ``dtype: bfloat16`` (``ModelConfig.dtype``): float32 master
+  weights and Adam, the forward passes under ``torch.autocast(dtype=torch.bfloat16)``.
 
 Model FLOPs of an update: 3 x the forward's matmul FLOPs (forward, and a backward of twice
 the forward), counting every linear layer of every token (lm_head included, the embedding
@@ -49,7 +49,6 @@ import platform
 import resource
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -190,14 +189,12 @@ def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> dict:
     peak_before = matmul_peak(dtype, args.peak_n, args.peak_repeats, args.device)
     model = build_model(args.shape, args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
-    mcfg = ModelConfig(path="-", micro_batch_size=args.micro_batch)
-    autocast = (torch.autocast(args.device.split(":")[0], dtype=dtype)
-                if dtype != torch.float32 else nullcontext())
+    mcfg = ModelConfig(path="-", micro_batch_size=args.micro_batch,
+                       dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
 
     def update() -> None:
-        with autocast:
-            policy_update(model, optimizer, samples, mcfg, LossConfig(), pad_id=0,
-                          generator=torch.Generator().manual_seed(0))
+        policy_update(model, optimizer, samples, mcfg, LossConfig(), pad_id=0,
+                      generator=torch.Generator().manual_seed(0))
 
     warmup = timed(update, args.device)
     run = timed(update, args.device)

@@ -23,6 +23,8 @@ HELPERS = {"rank_timing.py": "ddp_update.py, trainer_ranks.py",
            "round_harness.py": "round.py", "round_repeats.py": "round.py",
            "round_services.py": "round.py, async_round.py --distributed",
            "trl_step.py": "grpo_step.py (with .venv-trl)"}
+# Scripts with a smoke test of their own.
+TESTED_ELSEWHERE = {"gpu.py": "tests/unit/bench/test_bench_gpu.py (--tiny)"}
 # The scripts each tier runs (the tests assert that every script of bench/ is in one).
 UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "ddp_update.py",
                 "demo_async.py", "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
@@ -35,7 +37,7 @@ def bench_files() -> set[str]:
 
 
 def run_bench(script: str, *argv: str, env: dict[str, str] | None = None,
-              timeout_s: float = 300.0) -> subprocess.CompletedProcess:
+              timeout_s: float = 580.0) -> subprocess.CompletedProcess:
     """``python bench/SCRIPT ARGV...`` from the repository root, one torch thread; fails the
     test with the script's output when it exits non-zero. Prints the CPU seconds it and its
     children used (``pytest -s``): on a shared machine a closer guide to a quiet machine's

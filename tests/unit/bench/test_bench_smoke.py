@@ -13,6 +13,7 @@ from bench_smoke import (
     HELPERS,
     ROOT,
     SERVICE_SCRIPTS,
+    TESTED_ELSEWHERE,
     UNIT_SCRIPTS,
     bench_files,
     read_json,
@@ -24,9 +25,9 @@ SFT = ("--sft-steps", "1")  # the cached warm start of round.py's harness, one S
 
 
 def test_every_bench_file_is_smoke_tested_or_a_helper():
-    covered = set(UNIT_SCRIPTS) | set(SERVICE_SCRIPTS) | set(HELPERS)
+    covered = set(UNIT_SCRIPTS) | set(SERVICE_SCRIPTS) | set(HELPERS) | set(TESTED_ELSEWHERE)
     assert bench_files() - covered == set(), "add the new bench script to tests/bench_smoke.py"
-    assert set(HELPERS) | set(UNIT_SCRIPTS) | set(SERVICE_SCRIPTS) <= bench_files()
+    assert covered <= bench_files()
 
 
 @pytest.mark.parametrize("name", sorted(HELPERS))
