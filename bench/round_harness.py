@@ -28,6 +28,9 @@ class RoundData:
     wall_s: float = 0.0
     split: dict[str, float] = field(default_factory=dict)
     work: dict[str, float] = field(default_factory=dict)  # worker process -> episodes/calls
+    # service process -> peak_rss_mb (its whole life), rss_at_start_mb and cpu_s (the timed
+    # round's); distributed rounds only
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 VARIANTS = ("co-training", "main-only", "grpo", "curriculum", "at_grpo")

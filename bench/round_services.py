@@ -99,11 +99,17 @@ def distributed_round(cfg, postgres_url: str, broker_url: str, workdir: Path,
 
             for _ in range(warmup):
                 _timed_round(store, bus, cfg, Queues(prefix), logs, timeout_s)
+            before = process_usage(procs)
             data = _timed_round(store, bus, cfg, Queues(prefix), logs, timeout_s)
+            after = process_usage(procs)
             data.split["startup_s"] = startup
             data = _with_results(data, read_round(store, cfg, f"{cfg.name}-r{warmup:04d}",
                                                   str(workdir / "ckpt"), version=warmup + 1))
             data.work = worker_counts(procs)
+            data.usage = {name: {"peak_rss_mb": got["peak_rss_mb"],
+                                 "rss_at_start_mb": before[name]["rss_mb"],
+                                 "cpu_s": round(got["cpu_s"] - before[name]["cpu_s"], 3)}
+                          for name, got in after.items() if name in before}
         finally:
             procs.stop_all()
             if logs_to is not None:  # the services' logs (phase timings) outlive the run
@@ -220,6 +226,26 @@ def worker_counts(procs: ServiceProcesses) -> dict[str, float]:
         if gauge is not None:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
             out[name] = float(re.search(rf"^{gauge} (\S+)$", text, re.M).group(1))
+    return out
+
+
+def process_usage(procs: ServiceProcesses) -> dict[str, dict[str, float]]:
+    """Each live service process's resident memory now and at its peak (``VmRSS``,
+    ``VmHWM``, MB) and CPU seconds so far (user + system), from ``/proc`` (Linux); empty
+    elsewhere."""
+    out = {}
+    for name, proc in procs.procs.items():
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited, or no /proc
+            continue
+        kb = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines()
+              if line.startswith(("VmRSS:", "VmHWM:"))}
+        ticks = os.sysconf("SC_CLK_TCK")
+        out[name] = {"rss_mb": round(kb["VmRSS"] / 1024, 1),
+                     "peak_rss_mb": round(kb["VmHWM"] / 1024, 1),
+                     "cpu_s": (int(fields[11]) + int(fields[12])) / ticks}  # utime, stime
     return out
 
 

@@ -29,7 +29,7 @@ TESTED_ELSEWHERE = {"gpu.py": "tests/unit/bench/test_bench_gpu.py (--tiny)"}
 UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "ddp_update.py",
                 "demo_async.py", "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
                 "scaling.py", "trainer_ranks.py", "update_mfu.py")
-SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py")
+SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py", "round_scaling.py")
 
 
 def bench_files() -> set[str]:
