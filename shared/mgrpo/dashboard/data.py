@@ -234,6 +234,13 @@ def run_metrics(store, run_id: str, csv_path: Path | None = None) -> dict:
             if title is None or not math.isfinite(value):
                 continue
             charts[title].setdefault(key, []).append([step, value])
+    # Every agent of the run in the reward chart: one that never had a sample (a sub-agent
+    # the planner never calls) is a line of no points, marked, not a silent absence.
+    run = store.get_run(run_id)
+    agents = ((run.config if run is not None else None) or {}).get("agents") or {}
+    for role in agents:
+        if f"{role}/reward_mean" not in charts["reward"]:
+            charts["reward"][f"{role}/reward_mean (no samples)"] = []
     return {"run_id": run_id, "rounds": sorted(by_round), "charts": charts,
             "keys": sorted(keys)}
 

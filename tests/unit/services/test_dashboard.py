@@ -70,6 +70,10 @@ def test_read_endpoints_show_the_run(ui_url):
         assert "planner" in first["published_models"]
         charts = client.get("/v1/runs/dash/metrics").json()["charts"]
         assert charts["reward"]["planner/reward_mean"][0][0] == 0
+        # every agent is in the reward chart: one without samples is marked, not missing
+        assert {k.split("/")[0] for k in charts["reward"]} == {"planner", "searcher", "coder"}
+        assert all(not points for k, points in charts["reward"].items()
+                   if k.endswith("(no samples)"))
         # the CSV adds the eval curve the store does not hold: before (step 0), after (1)
         assert [p[0] for p in charts["accuracy"]["eval/greedy/accuracy"]][:2] == [0, 1]
         assert "planner/clipfrac" in charts["clip fraction"]
