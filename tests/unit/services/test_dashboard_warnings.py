@@ -95,3 +95,45 @@ def test_a_stalled_round_is_warned_about(store):
     warnings = client.get("/v1/runs/slow/warnings?stalled_after_s=0").json()
     assert [w["round"] for w in warnings] == [0]
     assert warnings[0]["text"].startswith("warning: round slow-r0000 has made no progress")
+
+
+def test_browser_shows_what_the_run_is_and_its_warnings(store, tmp_path):
+    """Headless Chromium: the header line, the warnings banner, the run's status in the run
+    list and an agent without samples marked in the reward chart."""
+    from cdp_pipe import Browser, require_chromium
+    from serving import running_server
+
+    require_chromium()
+    config = RunConfig(models={m: ModelConfig(path=f"/models/{m}") for m in MODELS},
+                       stages=[{"stage": 1, "rounds": 5}]).model_dump(mode="json")
+    store.create_run("flat", "flat", config)
+    for index in range(4):
+        round_id = f"flat-r{index:04d}"
+        store.create_round("flat", round_id, index, ["q"], 2, config)
+        store.record_metrics("flat", round_id, {"planner/frac_reward_zero_std": 1.0,
+                                                "planner/reward_mean": 0.0,
+                                                "planner/grad_norm": 0.0})
+        store.set_round_status(round_id, "done")
+    cfg = RunConfig(models={m: ModelConfig(path="-") for m in MODELS})
+    app = create_app(ApiState(Settings(), cfg, store=store, bus=None))
+    browser = Browser(tmp_path / "profile")
+    try:
+        with running_server(app) as url:
+            browser.open(f"{url}/ui?run=flat&poll=300")
+            header = browser.wait_for(
+                "document.querySelector('#summary').textContent.includes('rounds 4/5') && "
+                "document.querySelector('#summary').textContent", what="the header")
+            assert header.startswith("flat: mgrpo | K=8 | B=16 | rounds 4/5 (idle) | models: "
+                                     "planner (/models/planner)")
+            banner = browser.wait_for("!document.querySelector('#warnings').hidden && "
+                                      "document.querySelector('#warnings li').textContent",
+                                      what="the warnings banner")
+            assert banner.startswith("round 2: warning: planner: every group had the same "
+                                     "reward for 3 rounds")
+            assert browser.evaluate("document.querySelector('#run option').textContent") \
+                == "flat (idle, 4/5 rounds)"
+            marked = ("document.querySelector('[data-chart=\"reward\"] "
+                      "[data-key=\"searcher/reward_mean (no samples)\"]')?.dataset.points")
+            assert browser.wait_for(marked, what="searcher marked") == "0"
+    finally:
+        browser.close()
