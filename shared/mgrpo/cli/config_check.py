@@ -26,8 +26,8 @@ def check(files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
         use = COMMANDS[kind].replace("FILE", str(path))
         if problems:
             failed = True
-            typer.secho(f"{path}: a {kind} config ({use}) with {len(problems)} "
-                        f"problem{'s' if len(problems) > 1 else ''}:", err=True, fg="red")
+            typer.secho(f"{path}: {len(problems)} problem{'s' if len(problems) > 1 else ''} "
+                        f"in this {kind} config (for {use}):", err=True, fg="red")
             for problem in problems:
                 typer.echo(f"  {problem}", err=True)
         else:

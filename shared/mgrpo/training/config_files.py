@@ -122,7 +122,8 @@ def with_rounds(stages: list[dict], rounds: int) -> list[dict]:
     return out
 
 
-COMMANDS = {"run": "`mgrpo train --config FILE` (and eval, up, the services' MGRPO_RUN_CONFIG)",
+COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services' "
+                   "MGRPO_RUN_CONFIG",
             "demo": "`mgrpo demo --config FILE` or `mgrpo ablate --config FILE`"}
 
 
