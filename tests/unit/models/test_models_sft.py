@@ -65,3 +65,23 @@ def test_no_trainable_tokens_is_an_error(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="no SFT example with trainable tokens"):
         train_sft(model, tok, _examples(), SFTConfig(steps=1, agent="searcher"))
+
+
+def test_a_named_warm_start_logs_a_line_per_evaluation(tiny, capsys, monkeypatch):
+    """`mgrpo demo`'s warm start said nothing for 25 minutes when stderr was not a terminal:
+    now each evaluation (step 0, every eval_every steps, the last) is a log line."""
+    import re
+
+    model, tok = tiny
+    monkeypatch.delenv("MGRPO_QUIET", raising=False)
+    config = SFTConfig(steps=4, batch_size=4, micro_batch_size=4, eval_fraction=0.2,
+                       eval_every=2, agent="coder")
+    metrics = train_sft(model, tok, _examples(), config, log_name="coder")
+    lines = capsys.readouterr().err.splitlines()
+    pattern = r"warm start coder \| step (\d)/4 \|( loss=[\d.e-]+ \|)? eval_loss=([\d.e-]+) \| "
+    found = [re.match(pattern, line) for line in lines]
+    assert [m[1] for m in found if m] == ["0", "2", "4"], lines
+    assert [float(m[3]) for m in found if m] == pytest.approx(
+        [loss for _, loss in metrics["eval_loss"]], rel=1e-3)
+    train_sft(model, tok, _examples(), config)  # no name: no lines
+    assert "warm start" not in capsys.readouterr().err
