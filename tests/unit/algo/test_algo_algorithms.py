@@ -42,3 +42,20 @@ def test_a_second_algorithm_of_a_name_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         register_algorithm(clash)
     assert get_algorithm("mgrpo").play == "delegate"
+
+
+def test_no_module_compares_algorithm_names():
+    """Both modes read the registered object (``cfg.algo``); an ``x.algorithm == "..."`` or
+    ``x.algorithm in (...)`` anywhere in the library or the shells is a chain to replace."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    found = []
+    for path in [*(root / "shared" / "mgrpo").rglob("*.py"), *(root / "services").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(side, ast.Attribute) and side.attr == "algorithm"
+                    for side in [node.left, *node.comparators]):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, f"compare cfg.algo's fields instead: {found}"
