@@ -4,6 +4,8 @@
 - ``tests/integration``: the real RabbitMQ and PostgreSQL. Skipped on a machine without them,
   but a missing service FAILS the run when ``CI=true`` or ``MGRPO_REQUIRE_SERVICES=1``.
 - ``tests/e2e``: whole-system runs.
+- ``tests/deploy_live``: the compose stack built and run on a Docker engine it starts
+  (root on Linux; skipped elsewhere with the reason, failed under ``CI=true``).
 
 Fixtures ``postgres_url`` and ``rabbitmq_url`` give a reachable service or skip/fail as above.
 Override the addresses with ``MGRPO_TEST_DATABASE_URL`` and ``MGRPO_TEST_BROKER_URL``.

@@ -247,3 +247,23 @@ def test_multi_gpu_trainer_ranks_match_its_gpus():
     doc["services"]["trainer-planner"]["deploy"]["resources"]["reservations"]["devices"][0][
         "device_ids"] = ["0", "1"]
     assert gpu_rank_errors(doc) == [] and schema_errors(doc) == []
+
+
+def test_the_no_docker_hub_override_only_swaps_images_and_adds_the_relay():
+    """docker/test/compose.live.yml (docs/deploy.md, "A machine without Docker Hub"): valid
+    compose, PostgreSQL and RabbitMQ from the local stand-ins (never pulled, their Dockerfiles
+    shipped), probes of existing services, and one extra service: the sandbox relay."""
+    raw = yaml.safe_load((ROOT / "docker" / "test" / "compose.live.yml").read_text())
+    override = interpolate(raw, read_env_file(ROOT / ".env.example"))
+    assert schema_errors(override) == []
+    services = override["services"]
+    assert set(services) - set(compose()["services"]) == {"sandbox-relay"}
+    for name in ("postgres", "rabbitmq"):
+        assert services[name]["image"] == f"local/{name}:bookworm"
+        assert services[name]["pull_policy"] == "never"
+        assert (ROOT / "docker" / "test" / name / "Dockerfile").is_file()
+    relay = services["sandbox-relay"]
+    assert relay["networks"] == ["sandbox", "relay"]
+    assert all(p.startswith("127.0.0.1:") for p in relay["ports"])
+    # the sandbox keeps its networks and hardening: only its probe interval changes
+    assert set(services["sandbox"]) == {"healthcheck"}
