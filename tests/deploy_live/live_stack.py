@@ -140,7 +140,7 @@ def write_project(folder: Path) -> dict[str, str]:
     shutil.copy(KIT / "services_testkit.py", models / "testkit")
     run_config = {"name": "live", "seed": 0, "k": 2, "queries_per_round": 3, "d": 2,
                   "models": {m: {"path": f"/models/{m}", "lr": 1e-3} for m in MODELS},
-                  "bench_dir": "runs/bench", "out_dir": "/tmp/out",
+                  "bench_dir": "/work/runs/bench", "out_dir": "/tmp/out",
                   "sampling": {"planner_max_turns": 4, "subagent_max_turns": 2,
                                "max_new_tokens": 16}}
     (models / "run.yaml").write_text(yaml.safe_dump(run_config))
@@ -158,6 +158,7 @@ def write_project(folder: Path) -> dict[str, str]:
            "DEPLOY_MODELS_DIR": "./runs/models", "DEPLOY_BENCH_DIR": "./runs/bench",
            "MGRPO_RUN_CONFIG": "/models/run.yaml",
            "MGRPO_ENGINE": "services_testkit:scripted_engine",
+           "DEPLOY_SEARCHER_ENGINE": "services_testkit:scripted_engine",
            "PYTHONPATH": "/models/testkit",
            "MGRPO_TRAINER_LEASE_S": "5",
            "MGRPO_LOG_LEVEL": "INFO"}

@@ -67,7 +67,9 @@ def test_every_service_is_healthy_and_the_api_ready(stack):
     url, _ = api(values)
     ready = httpx.get(f"{url}/readyz", timeout=10)
     assert ready.status_code == 200, ready.text
-    assert ready.json()["checks"] == {"store": "ok", "broker": "ok", "consumers": "ok"}
+    checks = ready.json()["checks"]
+    assert {"store", "broker", "consumers"} <= set(checks), checks
+    assert set(checks.values()) == {"ok"}, checks
     assert wait_for(lambda: {a.name for a in store.list_agents()} >= {"searcher", "coder"}, 60)
     memory = compose.memory_mib()
     log("memory (MiB): " + ", ".join(f"{k.removeprefix('mgrpo-live-')} {v:.0f}"
