@@ -225,7 +225,8 @@ def test_readyz_and_healthz_are_503_when_the_reply_consumer_is_dead(stack):
         assert query(url).status_code == 200  # starts the planner's reply-queue consumer
         ready = httpx.get(f"{url}/readyz", timeout=30)
         assert ready.status_code == 200, ready.text
-        assert ready.json()["checks"] == {"store": "ok", "broker": "ok", "consumers": "ok"}
+        assert ready.json()["checks"] == {"store": "ok", "broker": "ok", "consumers": "ok",
+                                          "mode": "ok"}
         reply_queue = state.planner.dispatch.reply_queue
         consumer = next(c for c in state.bus.consumers if c.queue == reply_queue)
         kill_thread(consumer.thread)
