@@ -9,24 +9,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 
 import httpx
 import pytest
 from live_stack import MODELS, ROOT, log
+from waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3000)]
 CUDA_INDEX = "https://download.pytorch.org/whl/cu128"  # the Dockerfile's TORCH_CUDA_INDEX_URL
-
-
-def wait_for(predicate, timeout_s: float = 300.0, poll_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
 
 
 def api(values: dict) -> tuple[str, dict]:
@@ -135,7 +126,7 @@ def killed_round(compose, values, store) -> None:
     rid = start_round(values)
     # Without the searcher's trainer the round cannot end: its trajectories wait in its queue.
     assert wait_for(lambda: store.round_progress(rid).done
-                    and {"planner", "coder"} <= store.published_models(rid))
+                    and {"planner", "coder"} <= store.published_models(rid), 300)
     assert store.get_round(rid).status != "done"
     expected = sum(store.d_counts("searcher")) - observed_before
     assert expected >= 3
