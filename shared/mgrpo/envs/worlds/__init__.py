@@ -1,0 +1,16 @@
+"""Turn-based worlds (AT-GRPO's settings): :mod:`mgrpo.envs.worlds.base` holds the protocol
+and the registry; each world is one module here and registers itself on import."""
+
+from mgrpo.envs.worlds.base import (
+    SPLITS,
+    Turn,
+    World,
+    WorldState,
+    WorldTask,
+    build_world,
+    register_world,
+    world_names,
+)
+
+__all__ = ["SPLITS", "Turn", "World", "WorldState", "WorldTask", "build_world",
+           "register_world", "world_names"]

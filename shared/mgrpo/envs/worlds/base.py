@@ -1,0 +1,124 @@
+"""Turn-based worlds: a team of roles takes turns on one task (AT-GRPO's settings: games and
+planning with a tool agent and a plan agent, coding with a coder and a tester, math with a
+reasoner and a tool-user).
+
+A :class:`World` is text in, text out. It makes seeded tasks per split, shows each role its own
+observation (the statement, its history and what the other roles produced), applies a role's
+action (running code in the sandbox where the world has a tool), gives each action a local
+reward, says when an episode ends, and scores the team's result with its verifier. A scripted
+expert gives one action per (state, role) for warm-start demonstrations.
+
+Worlds are registered by name (:func:`register_world`); a user's world is registered from their
+own package (``plugins:``) the same way.
+
+What this module does NOT do: sample from models, group samples or train (``workflows``,
+``training``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class WorldTask:
+    """One task of a world. ``data`` and ``solution`` are JSON-able and world-specific."""
+
+    task_id: str
+    split: str
+    statement: str  # what every role is shown first
+    solution: Any  # the verifier's reference (a path, a solved grid, hidden tests, a number)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One action of one role: what it was shown, what it did, its local reward."""
+
+    index: int  # the team turn (every role acts once per team turn, in ``World.roles`` order)
+    role: str
+    observation: str
+    action: str
+    reward: float
+    feedback: str = ""  # what the world answered (a tool's output, a test report)
+
+
+@dataclass
+class WorldState:
+    """An episode in progress. ``data`` is the world's mutable state (JSON-able)."""
+
+    task: WorldTask
+    turns: list[Turn] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+
+    @property
+    def team_turn(self) -> int:
+        """The team turn the next action belongs to."""
+        return self.data.get("team_turn", 0)
+
+
+@runtime_checkable
+class World(Protocol):
+    name: str
+    roles: tuple[str, ...]  # in turn order
+    max_turns: int  # team turns; the episode ends at this many or when ``state.done``
+
+    def tasks(self, split: str, n: int, seed: int) -> list[WorldTask]:
+        """``n`` tasks of ``split``, the same for the same seed; splits are disjoint."""
+
+    def reset(self, task: WorldTask) -> WorldState:
+        """A fresh episode on ``task``."""
+
+    def observe(self, state: WorldState, role: str) -> str:
+        """The prompt ``role`` acts on now."""
+
+    def act(self, state: WorldState, role: str, action: str) -> Turn:
+        """Apply ``role``'s ``action``: append and return its :class:`Turn` (with its local
+        reward), advance the team turn after the last role, set ``state.done`` when solved or
+        out of turns. A malformed action is a turn with a low reward, never an exception."""
+
+    def score(self, state: WorldState) -> float:
+        """The team reward in [0, 1]: the verifier's verdict on the episode (1.0 solved)."""
+
+    def expert_action(self, state: WorldState, role: str) -> str:
+        """The scripted expert's action for ``role`` now (a warm-start demonstration)."""
+
+
+WorldFactory = Callable[..., World]
+_WORLDS: dict[str, WorldFactory] = {}
+
+
+def register_world(name: str, factory: WorldFactory | None = None):
+    """Register ``factory`` (a class or function taking keyword options, e.g. ``sandbox=``)
+    as world ``name``; usable as a decorator. A second, different factory of that name is
+    refused."""
+
+    def put(f: WorldFactory) -> WorldFactory:
+        known = _WORLDS.get(name)
+        if known is not None and known is not f:
+            raise ValueError(f"world {name!r} is already registered; pick another name")
+        _WORLDS[name] = f
+        return f
+
+    return put if factory is None else put(factory)
+
+
+def build_world(name: str, **options: Any) -> World:
+    """The world registered as ``name``, built with ``options``; an unknown name lists the
+    known ones."""
+    try:
+        factory = _WORLDS[name]
+    except KeyError:
+        raise ValueError(f"unknown world {name!r}; known: {', '.join(world_names()) or 'none'}"
+                         " (a world of your own: register_world in a module named under "
+                         "`plugins:`)") from None
+    return factory(**options)
+
+
+def world_names() -> list[str]:
+    return sorted(_WORLDS)
