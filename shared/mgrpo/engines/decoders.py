@@ -44,7 +44,7 @@ What it does NOT do: sliding-window layers, rope types that depend on the sequen
 (``dynamic``, ``longrope``), q/k norms (Qwen3), biases on o_proj or the MLP, activations other
 than SiLU, peft (LoRA) models; :func:`unsupported_reason` names the first of these a model
 has, and :func:`make_decoder` then gives a DynamicDecoder. No torch.compile and no CUDA
-graphs (see docs/benchmarks.md "Engine: static KV cache").
+graphs (see docs/benchmarks.md, "Engine", "Static KV cache").
 """
 
 from __future__ import annotations
