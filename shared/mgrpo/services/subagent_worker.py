@@ -96,7 +96,10 @@ class SubagentWorker:
             except Exception:  # a store blip must not kill the worker; next beat retries
                 log.exception("heartbeat of %s failed", self.name)
 
-    def handle_batch(self, messages: list) -> None:
+    def handle_batch(self, messages: list) -> dict[int, str]:
+        """Play the batch's calls; returns the refusals (``{position: reason}``, to the
+        dead-letter queue): a call inside a round the store does not hold (nobody waits for
+        its answer: a planner worker plays only tasks of rounds the store holds)."""
         calls: list[SubAgentCall] = []
         for message in messages:
             if not isinstance(message, SubAgentCall) or message.agent != self.name:
@@ -105,6 +108,13 @@ class SubagentWorker:
                                 f"{self.name!r}, got {message.kind!r} for {target!r}; send "
                                 "it to its own queue")
             calls.append(message)
+        known = {rid: self._known_round(rid)
+                 for rid in dict.fromkeys(c.round_id for c in calls if c.round_id is not None)}
+        refused = {i: f"round {call.round_id!r} of call {call.call_id!r} is not in the store; "
+                      "rounds start with POST /v1/rounds, or check MGRPO_DATABASE_URL"
+                   for i, call in enumerate(calls)
+                   if call.round_id is not None and not known[call.round_id]}
+        calls = [c for i, c in enumerate(calls) if i not in refused]
         by_run: dict[str, list[SubAgentCall]] = {}
         for call in calls:
             by_run.setdefault(self._run_of(call), []).append(call)
@@ -113,6 +123,16 @@ class SubagentWorker:
             self._play(run_id, run_calls)
         log.info("sub-agent %s: %d calls in %.3f s", self.name, len(calls),
                  time.perf_counter() - started)
+        return refused
+
+    def _known_round(self, round_id: str) -> bool:
+        """Whether the store holds ``round_id`` (read once per round it holds; a round it
+        does not hold is asked about again next time)."""
+        self._round_spec(round_id)
+        if round_id in self._round_runs:
+            return True
+        self._round_specs.pop(round_id, None)
+        return False
 
     def _run_of(self, call: SubAgentCall) -> str:
         if call.round_id is None:
