@@ -7,6 +7,7 @@
 - ``loss``: token-level clipped policy loss, the one aggregation function
 - ``schedules``: learning-rate schedules (constant, linear, cosine) with warm-up
 - ``kl``: the KL estimators k1, k2, k3, k1+, k3+ (values, gradients, KL in the reward)
+- ``kl_control``: the KL-in-reward coefficient, fixed or adaptive toward a target KL
 - ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
 - ``paired``: paired bootstrap interval of the accuracy difference of two systems (ablations)
 

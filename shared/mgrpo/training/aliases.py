@@ -62,6 +62,9 @@ MODEL = {
 }
 
 LOSS = {
+    "kl_ctrl": ("kl_control, kl_target, kl_horizon", VERL),
+    "target_kl": ("kl_target", VERL),
+    "horizon": ("kl_horizon", VERL),
     "beta": ("kl_coef", TRL),
     "kl_loss_coef": ("kl_coef", VERL),
     "kl_loss_type": ("kl_estimator", VERL),

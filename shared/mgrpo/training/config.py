@@ -48,6 +48,18 @@ class LossConfig(StrictModel):
         False, description="Subtract kl_coef * k_t per generated token from the reward before "
         "the advantages (verl use_kl_in_reward: a sequence's reward falls by kl_coef * "
         "sum_t k_t, pi = the sampler's logprobs) instead of adding a KL term to the loss.")
+    kl_control: Literal["fixed", "adaptive"] = Field(
+        "fixed", description="The kl_in_reward coefficient: fixed at kl_coef, or adaptive "
+        "(mgrpo.algo.kl_control; Ziegler et al. 2019, TRL AdaptiveKLController, verl "
+        "kl_ctrl.type): starts at kl_coef and after each round's batch of n sequences of mean "
+        "KL kl becomes coef * (1 + clip(kl / kl_target - 1, -0.2, 0.2) * n / kl_horizon). Kept "
+        "per model with its optimizer state, so a resumed run continues with it.")
+    kl_target: float | None = Field(
+        None, gt=0, description="Target KL per sequence (sum over its tokens) of "
+        "kl_control: adaptive (verl kl_ctrl.target_kl).")
+    kl_horizon: int = Field(10000, ge=1, description="Sequences over which kl_control: "
+                            "adaptive moves the coefficient by at most 20% (verl "
+                            "kl_ctrl.horizon).")
     entropy_coef: float = Field(
         0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coef * agg(H) over "
         "the trained tokens (verl entropy_coeff). 0 = off (entropy is still reported).")
@@ -79,6 +91,14 @@ class LossConfig(StrictModel):
             raise ValueError(f"loss.kl_estimator={self.kl_estimator} in the loss: "
                              f"{why[self.kl_estimator]}; use {plus} (its value, the gradient "
                              "of KL(pi||pi_ref)) or k2, or set loss.kl_in_reward: true")
+        if self.kl_control == "adaptive":
+            if not (self.kl_in_reward and self.kl_coef > 0):
+                raise ValueError("loss.kl_control=adaptive steers the KL in the reward: set "
+                                 "loss.kl_in_reward: true and loss.kl_coef > 0 (its start "
+                                 "value), or kl_control: fixed")
+            if self.kl_target is None:
+                raise ValueError("loss.kl_control=adaptive needs loss.kl_target (the KL per "
+                                 "sequence to steer toward, e.g. 6.0 as TRL's default)")
         return self
 
 

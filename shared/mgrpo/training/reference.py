@@ -85,12 +85,45 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
     return ref
 
 
+KL_COEF_KEY = "kl_coef"
+"""The optimizer param-group key that holds a model's current KL-in-reward coefficient, so it
+is saved and restored with the optimizer state in every mode (embedded ``optim/``, the
+trainer's ``.optimizer.pt``, a ranks trainer's DCP folder) and a fresh optimizer (a new run)
+starts again from ``loss.kl_coef``."""
+
+
+def current_kl_coef(lm, loss) -> float:
+    """``lm``'s KL-in-reward coefficient: ``loss.kl_coef`` under ``kl_control: fixed`` or
+    before the first adaptive update, else the adaptive controller's value."""
+    if loss.kl_control == "fixed" or lm.optimizer is None:
+        return loss.kl_coef
+    return float(lm.optimizer.param_groups[0].get(KL_COEF_KEY, loss.kl_coef))
+
+
+def update_kl_coef(lm, loss, penalties: list[float]) -> float:
+    """After a round: step ``lm``'s coefficient with the round's ``penalties`` (one per
+    sequence, ``coef * sum_t k_t``) by ``loss.kl_control`` (:func:`mgrpo.algo.kl_control.
+    next_kl_coef`, the mean sequence KL and the number of sequences) and keep it in the
+    optimizer state. Returns the new coefficient."""
+    from mgrpo.algo.kl_control import next_kl_coef
+
+    coef = current_kl_coef(lm, loss)
+    if loss.kl_control == "fixed" or lm.optimizer is None or not penalties or coef <= 0:
+        return coef
+    kl = sum(penalties) / len(penalties) / coef
+    new = next_kl_coef(loss.kl_control, coef, kl, len(penalties), loss.kl_target,
+                       loss.kl_horizon)
+    for group in lm.optimizer.param_groups:
+        group[KL_COEF_KEY] = new
+    return new
+
+
 def reward_kl_penalties(lm, trajs: list, cfg) -> list[float]:
     """``loss.kl_in_reward``: how much each trajectory's reward falls, ``kl_coef * sum_t k_t``
     over its generated tokens (:func:`mgrpo.algo.kl.sequence_kl_penalty`), with pi the
     sampler's logprobs (``Trajectory.old_logprobs``, at the sampling temperature) and pi_ref
-    one no-grad pass of the reference at the same temperature. Zeros when the KL is off or
-    in the loss."""
+    one no-grad pass of the reference at the same temperature, and the model's current
+    coefficient (:func:`current_kl_coef`). Zeros when the KL is off or in the loss."""
     from mgrpo.algo.kl import sequence_kl_penalty
     from mgrpo.models.logprobs import right_pad, token_logprobs
 
@@ -109,4 +142,5 @@ def reward_kl_penalties(lm, trajs: list, cfg) -> list[float]:
         ref_logp = token_logprobs(ref, ids.to(device), attention.to(device),
                                   micro_batch_size=mcfg.micro_batch_size,
                                   temperature=cfg.sampling.temperature).float().cpu()
-    return sequence_kl_penalty(pi, ref_logp, mask, loss.kl_estimator, loss.kl_coef).tolist()
+    return sequence_kl_penalty(pi, ref_logp, mask, loss.kl_estimator,
+                               current_kl_coef(lm, loss)).tolist()

@@ -18,7 +18,12 @@ import torch
 from mgrpo.algo import auto_d
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
-from mgrpo.training.reference import reference_for, reward_kl_penalties
+from mgrpo.training.reference import (
+    current_kl_coef,
+    reference_for,
+    reward_kl_penalties,
+    update_kl_coef,
+)
 from mgrpo.training.scoring import (
     GroupStat,
     PlannerOutcome,
@@ -112,11 +117,13 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
     samples: list[Sample] = []
     stats: list[GroupStat] = []
     metrics: dict[str, float] = {}
+    round_penalties: list[float] = []
     for role in roles:
         role_trajs = by_role.get(role, [])
         penalties = reward_kl_penalties(lm, role_trajs, cfg)  # zeros unless kl_in_reward
         if cfg.loss.kl_in_reward and role_trajs:
             metrics[f"{role}/kl_penalty"] = sum(penalties) / len(penalties)
+            round_penalties += penalties
         if role == "planner":
             role_samples, role_stats = planner_samples(role_trajs, outcomes, cfg,
                                                        penalties=penalties)
@@ -142,6 +149,9 @@ def train_model(lm, roles: list[str], trajs: list[Trajectory],
             metrics[f"{role}/adv_abs_mean"] = float(adv_t.abs().mean())
             metrics[f"{role}/samples"] = float(len(role_samples))
     metrics.update(update_model(lm, samples, cfg, round_index))
+    if round_penalties:  # the coefficient this round used; the next round's is stepped
+        metrics[f"{lm.name}/kl_coef"] = current_kl_coef(lm, cfg.loss)
+        update_kl_coef(lm, cfg.loss, round_penalties)
     return metrics, stats
 
 

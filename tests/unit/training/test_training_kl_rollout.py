@@ -4,6 +4,7 @@ embedded loop (issue 10 items 1, 5, 6): real tiny models, real updates."""
 from __future__ import annotations
 
 import pytest
+import torch
 from pydantic import ValidationError
 from training_testkit import run_config_dict, sampled_samples
 
@@ -226,3 +227,76 @@ def test_reference_is_rebuilt_for_another_run_or_another_ref_path(tmp_path, tiny
     c = reference_for(lm, ModelConfig(path=str(other), ref_path=str(tiny_dir)), on, run_id="B")
     assert torch.equal(first(c), first(a))  # ref_path changed: that folder's weights
     assert reference_for(lm, ModelConfig(path=str(tiny_dir)), on, run_id="C") is not c
+
+
+@pytest.mark.parametrize(("loss", "message"), [
+    ({"kl_control": "adaptive", "kl_target": 6.0}, "kl_in_reward: true and loss.kl_coef > 0"),
+    ({"kl_control": "adaptive", "kl_coef": 0.1, "kl_in_reward": True,
+      "kl_estimator": "k1"}, "needs loss.kl_target"),
+    ({"kl_control": "adaptive", "kl_coef": 0.1, "kl_in_reward": True, "kl_target": -1.0},
+     "greater than 0"),
+])
+def test_adaptive_kl_control_needs_the_kl_in_the_reward_and_a_target(loss, message):
+    with pytest.raises(ValidationError, match=message):
+        LossConfig(**loss)
+
+
+def test_adaptive_kl_coef_steps_each_round_and_resumes_with_the_optimizer(tmp_path, tiny_dir,
+                                                                          bench_dir):
+    """kl_control: adaptive, k3 (>= 0), reference another model (KL far above the target):
+    round 2's
+    coefficient is round 1's stepped by the rule with round 1's mean KL and trajectory count;
+    a run stopped after round 1 and resumed uses the same round-2 coefficient."""
+    from mgrpo.models import TinyModelConfig, init_tiny
+
+    other = init_tiny(tmp_path / "ref", TinyModelConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, vocab_size=400, seed=7))
+    loss = {"kl_coef": 0.05, "kl_in_reward": True, "kl_estimator": "k3",
+            "kl_control": "adaptive", "kl_target": 1e-3, "kl_horizon": 4}
+    seconds = []
+    for name, stop in (("whole", None), ("resumed", 1)):
+        data = run_config_dict(tmp_path / name, tiny_dir, bench_dir, loss=loss,
+                               stages=[{"stage": 1, "rounds": 2}])
+        for model in data["models"].values():
+            model["ref_path"] = str(other)
+        cfg = RunConfig.model_validate(data)
+        run_training(cfg, progress=False, stop_after=stop)
+        if stop is not None:
+            run_training(cfg, progress=False, resume=True)
+        first, second = _round_metrics(tmp_path / name)
+        seconds.append(second["planner/kl_coef"])
+    assert first["planner/kl_coef"] == pytest.approx(0.05)
+    # the planner model serves only the planner: its trajectories are the round's sequences
+    n = first["planner/samples"]
+    kl = first["planner/kl_penalty"] / 0.05
+    assert kl > 1e-3  # above target: the coefficient grows by the clipped error 0.2
+    assert seconds[0] == pytest.approx(0.05 * (1 + 0.2 * n / 4), rel=1e-9)
+    assert seconds[1] == pytest.approx(seconds[0], rel=1e-12)
+
+
+def test_adaptive_kl_coef_travels_with_the_trainer_services_optimizer_file(tmp_path, tiny_dir):
+    """The trainer service's checkpoint (``.optimizer.pt`` named by the manifest) carries the
+    coefficient; a fresh optimizer (a new run) starts from loss.kl_coef again."""
+    from types import SimpleNamespace
+
+    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
+    from mgrpo.training.precision import fresh_optimizer
+    from mgrpo.training.reference import current_kl_coef, update_kl_coef
+
+    model, _ = load_model(tiny_dir)
+    loss = LossConfig(kl_coef=0.1, kl_in_reward=True, kl_estimator="k3",
+                      kl_control="adaptive", kl_target=2.0, kl_horizon=10)
+    lm = SimpleNamespace(optimizer=torch.optim.Adam(model.parameters(), lr=0.1))
+    # 5 sequences of KL 1.0 (penalty 0.1 * 1.0): e = -0.5 -> -0.2; 0.1 * (1 - 0.2 * 5 / 10)
+    assert update_kl_coef(lm, loss, [0.1] * 5) == pytest.approx(0.09)
+    root = str(tmp_path / "ck")
+    extra = {"optimizer": save_optimizer_state(lm.optimizer, f"{root}/planner/v000001")}
+    uri = save_checkpoint(model, root, "planner", 1, extra=extra)
+    resumed = SimpleNamespace(optimizer=fresh_optimizer(lm.optimizer, model, 0.1))
+    assert current_kl_coef(resumed, loss) == 0.1
+    assert load_optimizer_state(resumed.optimizer, uri)
+    assert current_kl_coef(resumed, loss) == pytest.approx(0.09)
+    fixed = loss.model_copy(update={"kl_control": "fixed"})
+    assert current_kl_coef(resumed, fixed) == 0.1 and update_kl_coef(resumed, fixed, [1.0]) == 0.1
