@@ -93,7 +93,8 @@ WorldFactory = Callable[..., World]
 _WORLDS: dict[str, WorldFactory] = {}
 # The built-in worlds' modules, imported (so they register) on the first look-up: importing
 # the protocol does not import the sandbox, and the registry does not depend on its worlds.
-BUILTIN_MODULES = ("mgrpo.envs.worlds.sokoban", "mgrpo.envs.worlds.coder_tester")
+BUILTIN_MODULES = ("mgrpo.envs.worlds.sokoban", "mgrpo.envs.worlds.coder_tester",
+                   "mgrpo.envs.worlds.math_team")
 
 
 def _load_builtins() -> None:
