@@ -54,6 +54,7 @@ def serve(workdir: Path, port: int, in_flight: int, batch: int) -> None:
     from mgrpo.services.api.app import create_app
     from mgrpo.services.api.deps import ApiState
     from mgrpo.services.context import load_service_config, open_store
+    from mgrpo.services.http import server_options
     from mgrpo.services.subagent_worker import SubagentWorker
 
     tiny = init_tiny(workdir / "tiny", TinyModelConfig(
@@ -76,8 +77,8 @@ def serve(workdir: Path, port: int, in_flight: int, batch: int) -> None:
     bus = InMemoryBus(store)
     for name, tool in (("searcher", "search"), ("coder", "python")):
         SubagentWorker(settings, cfg, store, bus, name, tool).start()
-    uvicorn.run(create_app(ApiState(settings, cfg, store, bus)), host="127.0.0.1", port=port,
-                log_level="warning")
+    uvicorn.run(create_app(ApiState(settings, cfg, store, bus)),
+                **server_options(host="127.0.0.1", port=port, log_level="warning"))
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -37,6 +37,7 @@ from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
+from mgrpo.services.http import server_options
 
 REQUEST = ExecRequest(code="print(1+1)", timeout_s=5)
 
@@ -95,8 +96,8 @@ def serve_in_thread(max_concurrency: int,
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     app = create_app(SandboxServiceSettings(max_concurrency=max_concurrency), sandbox)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, **server_options(host="127.0.0.1", port=port,
+                                                                 log_level="warning")))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

@@ -13,12 +13,15 @@ from mgrpo.services.launcher import free_port
 
 @contextlib.contextmanager
 def running_server(app) -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on a free port (in a thread); yields its base URL."""
+    """Serve ``app`` with a real uvicorn on a free port (in a thread), with the services'
+    options (``mgrpo.services.http.server_options``); yields its base URL."""
     import uvicorn
 
+    from mgrpo.services.http import server_options
+
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, **server_options(
+        host="127.0.0.1", port=port, log_level="warning")))  # as the services are served
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(400):

@@ -25,14 +25,15 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
 
     from mgrpo.sandbox.app import create_app
     from mgrpo.sandbox.service import SandboxServiceSettings
+    from mgrpo.services.http import server_options
 
     overrides = {k: v for k, v in {"max_concurrency": max_concurrency,
                                    "max_queue": max_queue}.items() if v is not None}
     from mgrpo.logs import setup_logging
 
     setup_logging("sandbox", _settings().log_level)
-    uvicorn.run(create_app(SandboxServiceSettings(**overrides)), host=host, port=port,
-                log_level="warning", log_config=None)
+    uvicorn.run(create_app(SandboxServiceSettings(**overrides)), **server_options(
+        host=host, port=port, log_level="warning", log_config=None))
     _exit_now()
 
 

@@ -48,6 +48,8 @@ def ui_app(run_dir: Path):
 def serve_ui(run_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> None:
     import uvicorn
 
+    from mgrpo.services.http import server_options
+
     app = ui_app(run_dir)
     print(f"dashboard: http://{host}:{port}/ui  (run {run_dir}; Ctrl-C to stop)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, **server_options(host=host, port=port, log_level="warning"))

@@ -27,13 +27,14 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
 
     from mgrpo.services.api.app import create_app
     from mgrpo.services.api.routes.health import embedded_problem
+    from mgrpo.services.http import server_options
     from mgrpo.services.process import setup_logging
 
     setup_logging(settings, "planner")
     if (problem := embedded_problem(settings)) is not None:
         logging.getLogger("mgrpo.planner").warning(problem)
-    uvicorn.run(create_app(settings=settings), host=host, port=port,
-                log_level=settings.log_level.lower(), log_config=None)  # our format
+    uvicorn.run(create_app(settings=settings), **server_options(
+        host=host, port=port, log_level=settings.log_level.lower(), log_config=None))  # ours
 
 
 def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
