@@ -60,7 +60,8 @@ def test_the_expert_answers_every_test_question(world):
 
 
 @pytest.mark.parametrize("expression,reward", [
-    ("<expr>48213 > 31002</expr>", 1.0), ("```\n31002 < 48213\n```", 1.0),
+    ("<tool>48213 > 31002</tool>", 1.0), ("<expr>48213>31002</expr>", 1.0),
+    ("```\n31002 < 48213\n```", 1.0), ("<tool>31002 < 48213", 1.0),
     ("1 > 0", 0.5), ("48213 < 31002", 0.2), ("9**9**9", 0.0), ("__import__('os')", 0.0),
     ("hello world", 0.0), ("(" * 2000, 0.0), ("", 0.0),
 ])

@@ -81,7 +81,7 @@ def test_plan_rewards_legal_moves_and_progress_and_stops_at_an_illegal_move(worl
     turn = world.act(state, "plan", "U R")  # U is into a wall: nothing moves
     assert turn.reward == 0.0 and "move 1 (U) is illegal" in turn.feedback
     assert state.data["grid"][1] == "#@_$.#"
-    turn = world.act(state, "plan", "<moves>right right</moves>")
+    turn = world.act(state, "plan", "<answer>right right")  # the stop marker left out
     assert turn.reward == 1.0 and world.score(state) == 1.0 and state.done
 
 
@@ -107,7 +107,7 @@ def test_garbage_plans_get_zero_and_a_clear_feedback(world, garbage):
 
 def test_tool_output_is_scored_and_shown_to_the_plan_agent(world):
     state = world.reset(corridor(["######", "#@$_.#", "######"]))
-    turn = world.act(state, "tool", "```python\nprint(len(GRID))\nprint('R R')\n```")
+    turn = world.act(state, "tool", "<tool>print(len(GRID))\nprint('R R')</tool>")
     assert turn.reward == 1.0 and state.data["tool_output"] == "3\nR R"
     assert "Tool output: 3\nR R" in world.observe(state, "plan")
     assert world.act(state, "plan", "garbage").reward == 0.0

@@ -3,7 +3,8 @@ Python function (tasks: :mod:`mgrpo.envs.worlds.coder_tasks`); hidden tests deci
 
 A team turn: the tester answers with ``assert`` statements that call the function (top level
 or directly inside ``def test_...():``; at most 20 are read); then the coder answers with
-the function (in a ```python block, or the bare code). The coder's code runs in the sandbox
+the function. Both write code, so both use the agent protocol's ``<tool>...</tool>``
+(a fenced block or the bare code are read too). The coder's code runs in the sandbox
 against the tester's tests and the hidden tests in one call, each test under its own time
 limit, so a function that loops forever fails its tests instead of hanging the episode. The
 episode ends when the hidden tests all pass or after ``max_turns``.
@@ -29,6 +30,7 @@ import ast
 import re
 from typing import Any
 
+from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.coder_tasks import assert_text, draw_task
 from mgrpo.envs.worlds.kit import (
@@ -119,6 +121,7 @@ def read_tests(text: str, name: str) -> tuple[list[str], str]:
 class CoderTesterWorld:
     name = "coder_tester"
     roles = ("tester", "coder")
+    stops = {"tester": (T.TOOL_CLOSE,), "coder": (T.TOOL_CLOSE,)}  # where a turn ends
 
     def __init__(self, sandbox: Any = None, max_turns: int = 3, timeout_s: float = 3.0):
         if max_turns < 1:
@@ -153,11 +156,11 @@ class CoderTesterWorld:
             parts += [f"The coder's latest code:\n{clip(code, 1500)}",
                       f"How it did on your tests: {data['code_report'] or '(not run yet)'}",
                       "You are the tester. Write unit tests as assert statements that call "
-                      f"{name}, e.g. assert {name}(...) == ..., one per line."]
+                      f"{name}, one per line, as <tool>assert {name}(...) == ...</tool>."]
         else:
             parts += [f"The tester's tests:\n{tests}", f"Your latest code:\n{clip(code, 1500)}",
                       f"How it did on the tests: {data['code_report'] or '(not run yet)'}",
-                      f"You are the coder. Write the function {name} in a ```python block."]
+                      f"You are the coder. Write the function {name} as <tool>code</tool>."]
         return "\n\n".join(parts)
 
     def act(self, state: WorldState, role: str, action: str) -> Turn:
@@ -227,10 +230,11 @@ class CoderTesterWorld:
     def expert_action(self, state: WorldState, role: str) -> str:
         self._check_role(role)
         if role == "coder":
-            return f"```python\n{state.task.solution['reference']}```"
+            return f"{T.TOOL_OPEN}{state.task.solution['reference']}{T.TOOL_CLOSE}"
         name = state.task.data["function"]
-        return "\n".join(assert_text(name, t["args"], t["expected"])
-                         for t in state.task.data["expert_tests"])
+        tests = "\n".join(assert_text(name, t["args"], t["expected"])
+                          for t in state.task.data["expert_tests"])
+        return f"{T.TOOL_OPEN}{tests}{T.TOOL_CLOSE}"
 
     def _check_role(self, role: str) -> None:
         if role not in self.roles:

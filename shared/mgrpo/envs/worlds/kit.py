@@ -77,19 +77,27 @@ def seeded_tasks(world: str, split: str, n: int, seed: int,
 
 
 def tagged(text: str, tag: str) -> str | None:
-    """The inside of the last ``<tag>...</tag>`` in ``text``, stripped; None if absent."""
+    """The inside of the last ``<tag>...</tag>`` in ``text``, stripped; when no pair is
+    complete, what follows the last ``<tag>`` (generation stops at the closing marker, which
+    may be left out); None if ``<tag>`` is absent."""
     found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL | re.IGNORECASE)
-    return found[-1].strip() if found else None
+    if found:
+        return found[-1].strip()
+    start = text.lower().rfind(f"<{tag}>")
+    return text[start + len(tag) + 2:].strip() if start >= 0 else None
 
 
 def code_of(text: str) -> str:
-    """The code in a model's action: the last fenced block (```python ... ```), else the
-    inside of ``<code>...</code>``, else the whole text."""
+    """The code in a model's action: inside ``<tool>...</tool>`` (the agent protocol's
+    marker) or ``<code>...</code>`` if present, then the last fenced block (```python ...```)
+    in that, else the whole of it."""
+    for tag in ("tool", "code"):
+        inside = tagged(text, tag)
+        if inside is not None:
+            text = inside
+            break
     fenced = re.findall(r"```(?:python|py)?[ \t]*\n(.*?)```", text, flags=re.DOTALL)
-    if fenced:
-        return fenced[-1].strip("\n")
-    inside = tagged(text, "code")
-    return inside if inside is not None else text.strip()
+    return fenced[-1].strip("\n") if fenced else text.strip()
 
 
 def clip(text: str, cap: int = 400) -> str:

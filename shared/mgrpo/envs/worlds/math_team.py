@@ -12,10 +12,11 @@ Kinds, drawn evenly:
 Names come from the benchmark's name pools and numbers from its ranges; a task's key is its
 statement, so a question is in one split only.
 
-A team turn: the tool user writes one arithmetic expression (``<expr>48213 - 31002</expr>``,
-a fenced block, or the bare expression) and :func:`mgrpo.envs.arith.evaluate_arithmetic`
-computes it (numbers, ``+ - * / // %``, one comparison, abs/min/max/round; anything else is
-refused with its reason; no code runs). Then the reasoner, shown the expression and its value,
+A team turn: the tool user writes one arithmetic expression (``<tool>48213 - 31002</tool>``,
+the agent protocol's marker; ``<expr>``, a fenced block or the bare expression are read
+too) and :func:`mgrpo.envs.arith.evaluate_arithmetic` computes it (numbers,
+``+ - * / // %``, one comparison, abs/min/max/round; anything else is refused with its
+reason; no code runs). Then the reasoner, shown the expression and its value,
 answers ``<answer>...</answer>``; that ends the episode. A reply without the tag is a
 zero-reward turn and the team goes on, up to ``max_turns``.
 
@@ -37,6 +38,7 @@ import random
 import re
 from typing import Any
 
+from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.arith import evaluate_arithmetic
 from mgrpo.envs.kg import _name_pool
 from mgrpo.envs.questions import ARITHS, COMPARES, FOUNDER_AGE
@@ -113,6 +115,7 @@ def expression_of(action: str) -> str:
 class MathTeamWorld:
     name = "math_team"
     roles = ("tool_user", "reasoner")
+    stops = {"tool_user": (T.TOOL_CLOSE,), "reasoner": (T.ANSWER_CLOSE,)}  # where a turn ends
 
     def __init__(self, sandbox: Any = None, max_turns: int = 2):
         if max_turns < 1:
@@ -136,7 +139,7 @@ class MathTeamWorld:
         if role == "tool_user":
             parts.append("You are the tool user. Write one arithmetic expression over the "
                          "numbers that the answer needs (+ - * / // %, one comparison, "
-                         "abs/min/max/round), e.g. <expr>48213 - 31002</expr>.")
+                         "abs/min/max/round), e.g. <tool>48213 - 31002</tool>.")
         else:
             shown = state.data["expression"] or "(none)"
             parts.append(f"Tool: {shown} = {state.data['value'] or '(no value)'}\nYou are the "
@@ -194,7 +197,7 @@ class MathTeamWorld:
     def expert_action(self, state: WorldState, role: str) -> str:
         self._check_role(role)
         if role == "tool_user":
-            return f"<expr>{state.task.data['expression']}</expr>"
+            return f"{T.TOOL_OPEN}{state.task.data['expression']}{T.TOOL_CLOSE}"
         return f"<answer>{state.task.solution}</answer>"
 
     def _check_role(self, role: str) -> None:

@@ -11,11 +11,12 @@ finds the shortest solution, which is the task's ``solution``. Tasks already sol
 needing fewer than 3 moves are redrawn.
 
 A team turn: the ``tool`` agent writes Python that runs in the sandbox with ``GRID`` (the
-current board, a list of strings) defined; what it prints is shown to the ``plan`` agent,
-which then emits moves (``<moves>R R D</moves>`` or the bare moves). Moves are applied until
-one is illegal (into a wall, or pushing a box into a wall or a box); the rest are dropped.
-The episode ends when every box is on a target (team reward 1.0) or after ``max_turns``
-(team reward 0.0).
+current board, a list of strings) defined (``<tool>code</tool>``, the agent protocol's
+marker; a fenced block or the bare code are read too); what it prints is shown to the
+``plan`` agent, which then emits moves (``<answer>R R D</answer>`` or the bare moves).
+Moves are applied until one is illegal (into a wall, or pushing a box into a wall or a
+box); the rest are dropped. The episode ends when every box is on a target (team reward
+1.0) or after ``max_turns`` (team reward 0.0).
 
 Local rewards, each in [0, 1]:
 - ``tool``: 0.0 if its code fails (error, timeout, limit); 0.2 if it runs; 0.5 if the last line
@@ -35,6 +36,7 @@ import random
 import re
 from typing import Any
 
+from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.kit import (
     MAX_ACTION_CHARS,
@@ -236,6 +238,7 @@ def _task(rows: list[str], key: str, n_boxes: int) -> WorldTask | None:
 class SokobanWorld:
     name = "sokoban"
     roles = ("tool", "plan")
+    stops = {"tool": (T.TOOL_CLOSE,), "plan": (T.ANSWER_CLOSE,)}  # where a turn ends
 
     def __init__(self, sandbox: Any = None, max_turns: int = 3, timeout_s: float = 2.0):
         if max_turns < 1:
@@ -269,10 +272,11 @@ class SokobanWorld:
         if role == "tool":
             parts.append("You are the tool agent. Write Python code; it runs with GRID (the "
                          "current board, a list of strings) defined. Its printed output is "
-                         "shown to the plan agent; print the moves on the last line.")
+                         "shown to the plan agent; print the moves on the last line. Answer as "
+                         "<tool>code</tool>.")
         else:
             parts.append(f"Tool output: {state.data['tool_output'] or '(none)'}\nYou are the "
-                         "plan agent. Answer with the moves, e.g. <moves>R R D</moves>.")
+                         "plan agent. Answer with the moves, e.g. <answer>R R D</answer>.")
         return "\n\n".join(parts)
 
     def act(self, state: WorldState, role: str, action: str) -> Turn:
@@ -316,7 +320,7 @@ class SokobanWorld:
         moves = parse_moves(action)
         if moves is None:
             return 0.0, ("could not read moves: answer with U D L R only, e.g. "
-                         "<moves>R R D</moves>")
+                         "<answer>R R D</answer>")
         moves = moves[:MAX_MOVES]
         board = Board(state.data["grid"])
         before = board.distance()
@@ -336,8 +340,8 @@ class SokobanWorld:
     def expert_action(self, state: WorldState, role: str) -> str:
         self._check_role(role)
         if role == "tool":
-            return f"```python\n{EXPERT_TOOL_CODE}```"
-        return f"<moves>{' '.join(solve(state.data['grid']) or '')}</moves>"
+            return f"{T.TOOL_OPEN}{EXPERT_TOOL_CODE}{T.TOOL_CLOSE}"
+        return f"{T.ANSWER_OPEN}{' '.join(solve(state.data['grid']) or '')}{T.ANSWER_CLOSE}"
 
     def _check_role(self, role: str) -> None:
         if role not in self.roles:

@@ -1,0 +1,42 @@
+"""What the built-in worlds share: the agent protocol's markers in their actions, and the
+kit's readers and hashed splits."""
+
+from __future__ import annotations
+
+import pytest
+
+from mgrpo.envs import protocol_tokens as T
+from mgrpo.envs.worlds import build_world, world_names
+from mgrpo.envs.worlds.kit import code_of, split_of, tagged
+
+
+@pytest.mark.parametrize("name", ["sokoban", "coder_tester", "math_team"])
+def test_each_role_stops_at_a_protocol_marker_and_the_expert_writes_it(name):
+    world = build_world(name, max_turns=2)
+    assert name in world_names() and world.max_turns == 2
+    assert set(world.stops) == set(world.roles)
+    state = world.reset(world.tasks("dev", 1, seed=0)[0])
+    for role in world.roles:
+        action = world.expert_action(state, role)
+        (stop,) = world.stops[role]
+        assert stop in (T.TOOL_CLOSE, T.ANSWER_CLOSE) and action.endswith(stop)
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        build_world(name, max_turns=0)
+
+
+def test_tagged_reads_the_last_pair_or_an_unclosed_tail():
+    assert tagged("<answer>a</answer> <answer> b </answer>", "answer") == "b"
+    assert tagged("x <ANSWER>c", "answer") == "c" and tagged("none", "answer") is None
+
+
+def test_code_of_reads_the_tool_marker_fences_or_the_bare_text():
+    assert code_of("<tool>```python\nprint(1)\n```</tool>") == "print(1)"
+    assert code_of("see:\n```py\nx = 1\n```\nok") == "x = 1"
+    assert code_of("<code>y = 2</code>") == "y = 2" and code_of(" z = 3 ") == "z = 3"
+
+
+def test_splits_are_spread_as_declared():
+    counts = {"train": 0, "dev": 0, "test": 0}
+    for i in range(4000):
+        counts[split_of(f"key-{i}")] += 1
+    assert 0.77 < counts["train"] / 4000 < 0.83 and 0.08 < counts["test"] / 4000 < 0.12
