@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.envs.questions import Question
+from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
@@ -58,7 +59,14 @@ from mgrpo.services.dispatch import BusDispatch, agent_cards, registered_queue
 from mgrpo.services.tree_calls import play_trees
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
-from mgrpo.training.episodes import AgentRuntime, Episode, EpisodeJob, EpisodeRunner, mix_seed
+from mgrpo.training.episodes import (
+    AgentRuntime,
+    Episode,
+    EpisodeJob,
+    EpisodeRunner,
+    mix_seed,
+    with_protocol,
+)
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
@@ -105,7 +113,9 @@ class PlannerRuntime:
                                            lora=cfg.models[model_name].lora)
         refresh_weights(store, engine, model_name, cfg.name, cfg)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
-                               tokenizer=tokenizer)
+                               tokenizer=tokenizer, turn_format=make_turn_format(
+                                   cfg.protocol.format, tokenizer,
+                                   cfg.protocol.tool_call_format))
         queues = Queues(settings.queue_prefix)
 
         dispatch = BusDispatch(bus, queues.replies(worker_id() + reply_suffix),
@@ -118,10 +128,11 @@ class PlannerRuntime:
         context with the tools in this process, exactly as embedded mode's
         ``System.runner``."""
         cfg = cfg or self.cfg
+        runtime = with_protocol(self.runtime, cfg.protocol)
         if cfg.algo.inline:
-            return EpisodeRunner(self.runtime, role_cards(cfg.agents), cfg.sampling,
+            return EpisodeRunner(runtime, role_cards(cfg.agents), cfg.sampling,
                                  inline_tools=self.inline_tools(cfg))
-        return EpisodeRunner(self.runtime, agent_cards(self.store, cfg), cfg.sampling,
+        return EpisodeRunner(runtime, agent_cards(self.store, cfg), cfg.sampling,
                              dispatch=self.dispatch)
 
     def inline_tools(self, cfg: RunConfig) -> dict:

@@ -28,6 +28,7 @@ import time
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
+from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
@@ -39,7 +40,7 @@ from mgrpo.services.context import (
 )
 from mgrpo.services.tree_calls import play_tree_calls
 from mgrpo.training.config import RunConfig, SamplingConfig
-from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed
+from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed, with_protocol
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.subagents import run_subagent_calls
 
@@ -64,7 +65,9 @@ class SubagentWorker:
         refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
-                                    description=description)
+                                    description=description, turn_format=make_turn_format(
+                                        cfg.protocol.format, tokenizer,
+                                        cfg.protocol.tool_call_format))
         self.description = description or _default_description(name)
         self.queues = Queues(settings.queue_prefix)
         self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
@@ -158,7 +161,9 @@ class SubagentWorker:
         outcomes: list = [None] * len(calls)
         for round_id in dict.fromkeys(c.round_id for c in calls):
             picked = [i for i, c in enumerate(calls) if c.round_id == round_id]
-            done = run_subagent_calls(self.runtime, [library_calls[i] for i in picked],
+            run = self._round_spec(round_id).run if round_id is not None else self.cfg
+            done = run_subagent_calls(with_protocol(self.runtime, run.protocol),
+                                      [library_calls[i] for i in picked],
                                       self._sampling(round_id))
             for i, outcome in zip(picked, done, strict=True):
                 outcomes[i] = outcome

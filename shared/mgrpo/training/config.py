@@ -257,6 +257,31 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$"
 MAX_VERSION = 2**31 - 1  # a checkpoint version is a 32-bit integer column in the store
 
 
+class ProtocolConfig(StrictModel):
+    """How agent contexts are rendered and turns parsed (mgrpo.envs.turn_formats)."""
+
+    format: Literal["markup", "chat_template"] = Field(
+        "markup", description="markup: the agent protocol's special tokens (<call>, <tool>, "
+        "...; the tiny models and `mgrpo model import` speak it). chat_template: each agent's "
+        "conversation through its tokenizer's chat template, delegations and tool calls as "
+        "the model's native tool calls (apply_chat_template(..., tools=...)); no new tokens. "
+        "Plays algorithm mgrpo only; refused for a tokenizer without a chat template.")
+    tool_call_format: str = Field(
+        "hermes", description="chat_template: how tool calls are read back from a turn "
+        "(mgrpo.envs.chat_format.TOOL_CALL_PARSERS): hermes = <tool_call>{\"name\": ..., "
+        "\"arguments\": {...}}</tool_call> (Qwen2.5, Hermes).")
+
+    @field_validator("tool_call_format")
+    @classmethod
+    def _known_parser(cls, name: str) -> str:
+        from mgrpo.envs.chat_format import TOOL_CALL_PARSERS
+
+        if name not in TOOL_CALL_PARSERS:
+            raise ValueError(f"unknown tool_call_format {name!r}; known: "
+                             f"{sorted(TOOL_CALL_PARSERS)}")
+        return name
+
+
 class InitFrom(StrictModel):
     """Start a run from ANOTHER run's weights; without it a run starts from each model's
     ``path``. (To start from a folder, point ``models.<m>.path`` at it: a checkpoint version
@@ -338,6 +363,7 @@ class RunConfig(StrictModel):
         "({kind: rule} or {kind: llm, model: ...}); roles not listed use the rule judge.")
     loss: LossConfig = Field(default_factory=LossConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
     stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig()])
     at_grpo_alpha: float = Field(1.0, description="AT-GRPO turn reward r = alpha*r_team + r_local")
     eval_questions: int = Field(200, ge=1, description="Held-out (test split) questions.")
@@ -383,6 +409,10 @@ class RunConfig(StrictModel):
                              f"(have {sorted(self.models)}); add them under `models:`.")
         if "planner" not in self.agents:
             raise ValueError("`agents` must map the role `planner` to a model.")
+        if self.protocol.format != "markup" and self.algo.play != "delegate":
+            raise ValueError(f"protocol.format: {self.protocol.format} plays algorithm mgrpo "
+                             f"(planner + sub-agents); {self.algorithm} renders the markup "
+                             "only (set protocol.format: markup)")
         if self.verifier == "llm" and self.verifier_llm is None:
             raise ValueError("verifier: llm needs `verifier_llm: {model: ...}` naming an entry "
                              f"of `models` (have {sorted(self.models)})")

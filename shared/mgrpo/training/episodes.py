@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mgrpo.engines.base import Completion, Engine, GenerationRequest, SamplingParams
 from mgrpo.envs import protocol as P
 from mgrpo.envs import protocol_tokens as T
+from mgrpo.envs.turn_formats import Dialogue, MarkupFormat, TurnFormat, make_turn_format
 from mgrpo.training.config import SamplingConfig
 from mgrpo.types import Trajectory, trajectory_id
 
@@ -37,6 +38,24 @@ class AgentRuntime:
     tokenizer: Any
     tool: Any = None  # mgrpo.tools.Tool for sub-agents
     description: str = ""
+    # protocol.format (mgrpo.envs.turn_formats): how contexts render and turns parse;
+    # None: the markup
+    turn_format: Any = None
+
+    def format(self) -> TurnFormat:
+        if self.turn_format is None:
+            self.turn_format = MarkupFormat(self.tokenizer)
+        return self.turn_format
+
+
+def with_protocol(runtime: AgentRuntime, protocol: Any) -> AgentRuntime:
+    """``runtime`` rendering with ``protocol`` (a run config's ``protocol:``, which a round
+    may set): ``runtime`` itself when it already does."""
+    fmt = runtime.format()
+    if (fmt.name, fmt.tool_call_format) == (protocol.format, protocol.tool_call_format):
+        return runtime
+    return replace(runtime, turn_format=make_turn_format(
+        protocol.format, runtime.tokenizer, protocol.tool_call_format))
 
 
 @dataclass
@@ -134,6 +153,7 @@ def sampling_params(cfg: SamplingConfig, stops: list[int], seed: int,
 class _EpisodeState:
     job: EpisodeJob
     ctx: TokenContext
+    dialogue: Dialogue
     actions: list = field(default_factory=list)  # the planner's parsed turns
     inline_actions: list = field(default_factory=list)  # inline mode: sub-agent turns
     calls: dict[str, int] = field(default_factory=dict)  # role -> calls so far
@@ -157,21 +177,23 @@ class EpisodeRunner:
                              "`inline_tools` (single-agent baseline).")
         self.planner, self.cards, self.sampling = planner, agent_cards, sampling
         self.dispatch, self.inline_tools = dispatch, inline_tools
-        tok = planner.tokenizer
-        self._planner_stops = stop_ids(tok, T.PLANNER_STOPS)
-        self._sub_stops = stop_ids(tok, T.SUBAGENT_STOPS)
+        self.format = planner.format()
+        if self.inline and not isinstance(self.format, MarkupFormat):
+            raise ValueError(f"protocol.format: {self.format.name} plays planner + sub-agents; "
+                             "the single-agent baseline (inline) renders the markup only")
+        self._sub_stops = stop_ids(planner.tokenizer, T.SUBAGENT_STOPS)
 
     @property
     def inline(self) -> bool:
         return self.inline_tools is not None
 
     def run(self, jobs: list[EpisodeJob], greedy: bool = False) -> list[Episode]:
-        tok = self.planner.tokenizer
         states = []
         for job in jobs:
             ctx = TokenContext()
-            ctx.add_prompt(encode(tok, P.planner_header(job.question.question, self.cards)))
-            states.append(_EpisodeState(job, ctx))
+            dialogue = self.format.planner(job.question.question, self.cards)
+            ctx.add_prompt(dialogue.start_ids())
+            states.append(_EpisodeState(job, ctx, dialogue))
         max_steps = self.sampling.planner_max_turns * (
             1 + self.sampling.subagent_max_turns if self.inline else 1)
         for _ in range(max_steps):
@@ -180,7 +202,7 @@ class EpisodeRunner:
                 break
             requests = [self._request(s, greedy) for s in live]
             completions = self.planner.engine.generate(requests)
-            pending: list[tuple[_EpisodeState, SubagentCall]] = []
+            pending: list[tuple[_EpisodeState, SubagentCall, str]] = []
             for state, completion in zip(live, completions, strict=True):
                 state.ctx.add_generated(completion)
                 if state.inline_role is not None:
@@ -188,11 +210,12 @@ class EpisodeRunner:
                 else:
                     call = self._planner_turn(state, completion.text)
                     if call is not None:
-                        pending.append((state, call))
+                        pending.append((state, call, completion.text))
             if pending:
-                outcomes = self.dispatch([call for _, call in pending])
-                for (state, _call), outcome in zip(pending, outcomes, strict=True):
-                    state.ctx.add_prompt(encode(tok, P.render_ret(outcome.result)))
+                outcomes = self.dispatch([call for _, call, _ in pending])
+                for (state, call, text), outcome in zip(pending, outcomes, strict=True):
+                    state.ctx.add_prompt(state.dialogue.reply_ids(text, call.role,
+                                                                  outcome.result))
                     state.trace += outcome.trace
                     if outcome.trajectory is not None:
                         state.subagents.append(outcome.trajectory)
@@ -202,13 +225,13 @@ class EpisodeRunner:
         return [self._episode(s) for s in states]
 
     def _request(self, state: _EpisodeState, greedy: bool) -> GenerationRequest:
-        stops = self._sub_stops if state.inline_role else self._planner_stops
+        stops = self._sub_stops if state.inline_role else state.dialogue.stop_ids
         seed = mix_seed(state.job.seed, "planner", len(state.actions), len(state.inline_actions))
         return GenerationRequest(list(state.ctx.ids),
                                  sampling_params(self.sampling, stops, seed, greedy))
 
     def _planner_turn(self, state: _EpisodeState, text: str) -> SubagentCall | None:
-        action = P.parse_planner_turn(text)
+        action = state.dialogue.parse(text)
         state.actions.append(action)
         state.turn += 1
         # ``raw``: the model's own text of the turn, so a malformed answer can be debugged.
@@ -217,8 +240,10 @@ class EpisodeRunner:
             state.trace.append({"agent": "planner", "answer": action.answer, "raw": text})
             return None
         if action.kind != "call" or state.turn >= self.sampling.planner_max_turns:
-            why = ("not a valid planner turn (<call>agent|task</call> or <answer>...</answer>)"
-                   if action.kind != "call" else "a delegation past planner_max_turns")
+            why = ("a delegation past planner_max_turns" if action.kind == "call"
+                   else "not a valid planner turn (<call>agent|task</call> or "
+                   "<answer>...</answer>)" if isinstance(self.format, MarkupFormat)
+                   else f"not a valid planner turn: {action.error}")
             state.trace.append({"agent": "planner", "raw": text, "error": why})
             state.done = state.broken = True
             return None

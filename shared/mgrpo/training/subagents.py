@@ -13,17 +13,15 @@ from dataclasses import dataclass, field
 
 from mgrpo.engines.base import GenerationRequest
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
+from mgrpo.envs.turn_formats import Dialogue
 from mgrpo.training.config import SamplingConfig
 from mgrpo.training.episodes import (
     AgentRuntime,
     SubagentCall,
     SubagentOutcome,
     TokenContext,
-    encode,
     mix_seed,
     sampling_params,
-    stop_ids,
 )
 from mgrpo.types import Trajectory, trajectory_id
 
@@ -34,6 +32,7 @@ FAILED_RESULT = "none"  # what the planner sees when a sub-agent breaks the prot
 class _CallState:
     call: SubagentCall
     ctx: TokenContext
+    dialogue: Dialogue
     actions: list = field(default_factory=list)
     trace: list[dict] = field(default_factory=list)
     last_raw: str = ""  # the model's text of its last turn (the return, or the broken one)
@@ -45,25 +44,25 @@ def run_subagent_calls(runtime: AgentRuntime, calls: list[SubagentCall],
                        sampling: SamplingConfig, *, greedy: bool = False,
                        tool_threads: int = 4) -> list[SubagentOutcome]:
     """Play ``calls`` (all for ``runtime.role``) to the end; one outcome per call, in order."""
-    tok = runtime.tokenizer
-    stops = stop_ids(tok, T.SUBAGENT_STOPS)
+    fmt = runtime.format()
     states = []
     for call in calls:
         ctx = TokenContext()
-        ctx.add_prompt(encode(tok, P.subagent_header(runtime.role, call.task)))
-        states.append(_CallState(call, ctx))
+        dialogue = fmt.subagent(runtime.role, call.task, runtime.tool, runtime.description)
+        ctx.add_prompt(dialogue.start_ids())
+        states.append(_CallState(call, ctx, dialogue))
     with ThreadPoolExecutor(max_workers=tool_threads) as pool:
         for turn in range(sampling.subagent_max_turns):
             live = [s for s in states if not s.done]
             if not live:
                 break
             requests = [GenerationRequest(s.ctx.ids, sampling_params(
-                sampling, stops, mix_seed(s.call.seed, runtime.role, turn), greedy))
+                sampling, s.dialogue.stop_ids, mix_seed(s.call.seed, runtime.role, turn), greedy))
                 for s in live]
             tool_jobs = []
             for state, completion in zip(live, runtime.engine.generate(requests), strict=True):
                 state.ctx.add_generated(completion)
-                action = P.parse_subagent_turn(completion.text)
+                action = state.dialogue.parse(completion.text)
                 state.actions.append(action)
                 raw = state.last_raw = completion.text  # traced: malformed turns debuggable
                 if action.kind == "return":
@@ -78,7 +77,8 @@ def run_subagent_calls(runtime: AgentRuntime, calls: list[SubagentCall],
                 state.trace.append({"agent": runtime.role, "tool": runtime.tool.name,
                                     "input": payload, "observation": observation,
                                     "raw": raw})
-                state.ctx.add_prompt(encode(tok, P.render_obs(observation)))
+                state.ctx.add_prompt(state.dialogue.reply_ids(raw, runtime.tool.name,
+                                                              observation))
     return [_outcome(runtime, s, sampling.subagent_max_turns) for s in states]
 
 

@@ -17,6 +17,7 @@ import torch
 
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
+from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
@@ -142,12 +143,16 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)
+    formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,
+                                      cfg.protocol.tool_call_format)
+               for name, lm in models.items()}
     runtimes = {}
     for role, model_name in cfg.agents.items():
         lm = models[model_name]
         runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
                                       tokenizer=lm.tokenizer, tool=tools.get(role),
-                                      description=ROLE_DESCRIPTIONS.get(role, role))
+                                      description=ROLE_DESCRIPTIONS.get(role, role),
+                                      turn_format=formats[model_name])
     engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
     judge = build_expert_judges(cfg, bench, engines, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
