@@ -18,12 +18,12 @@ with its reason (the runner ends the episode; r_format is 0).
 
 Token ids, as verl's multi-turn rollout builds them (a new message is the template's
 rendering delta), with the conversation itself as the base and the sampled ids kept: the
-prompt is the rendered conversation (mask 0); a turn is the sampled ids, ending with the end-of-turn token (mask 1);
-what follows a turn is the text the template adds between the end of that turn and the next
-generation prompt, rendered with the turn (as its ``content``, verbatim) and the new ``tool``
-message, tokenised (mask 0). So the context is the template's rendering of the conversation,
-sampled ids kept as sampled; a template that re-renders earlier turns differently (it is not
-append-only) is refused in one line.
+prompt is the rendered conversation (mask 0); a turn is the sampled ids, ending with the
+end-of-turn token (mask 1); what follows a turn is the text the template adds between the
+end of that turn and the next generation prompt, rendered with the turn (as its
+``content``, verbatim) and the new ``tool`` message, tokenised (mask 0). So the context is
+the template's rendering of the conversation, sampled ids kept as sampled; a template that
+re-renders earlier turns differently (it is not append-only) is refused in one line.
 
 Text from outside (question, task, results, observations) has the tokenizer's added tokens
 removed, so a tool cannot forge a turn.
