@@ -5,7 +5,7 @@ clients, a sub-agent's sandbox client)."""
 
 from __future__ import annotations
 
-import socket
+import http.client
 import time
 
 import httpx
@@ -14,12 +14,11 @@ from serving import running_server
 
 from mgrpo.services.http import KEEP_ALIVE_S
 
-REQUEST = b"GET /ping HTTP/1.1\r\nHost: test\r\n\r\n"
 
-
-def ask(sock: socket.socket) -> bytes:
-    sock.sendall(REQUEST)
-    return sock.recv(4096)
+def ask(connection: http.client.HTTPConnection) -> tuple[int, bytes]:
+    connection.request("GET", "/ping")
+    response = connection.getresponse()
+    return response.status, response.read()
 
 
 def test_an_idle_connection_outlives_httpx_keepalive_expiry():
@@ -30,9 +29,17 @@ def test_an_idle_connection_outlives_httpx_keepalive_expiry():
     app = FastAPI()
     app.get("/ping")(lambda: {"ok": True})
     with running_server(app) as url:
-        port = int(url.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            assert ask(sock).startswith(b"HTTP/1.1 200")
+        connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+        try:
+            assert ask(connection) == (200, b'{"ok":true}')
+            first = connection.sock
             time.sleep(client_expiry + 1)
-            again = ask(sock)
-    assert again.startswith(b"HTTP/1.1 200"), f"the idle connection was closed: {again!r}"
+            try:
+                again = ask(connection)
+            except (http.client.RemoteDisconnected, ConnectionError) as error:
+                again = error  # the server closed the idle connection
+            same = connection.sock is first
+        finally:
+            connection.close()
+    assert again == (200, b'{"ok":true}'), f"the idle connection was closed: {again!r}"
+    assert same, "the answer came on another connection"
