@@ -17,6 +17,7 @@ from mgrpo.algo.kl import KL_LOSS_ESTIMATORS
 from mgrpo.models.lora import LoraSpec
 from mgrpo.training import aliases
 from mgrpo.validation import StrictModel
+from mgrpo.workflows.config import WorkflowConfig
 
 
 class RewardWeights(StrictModel):
@@ -323,6 +324,10 @@ class RunConfig(StrictModel):
         default_factory=lambda: {"planner": "planner", "searcher": "searcher",
                                  "coder": "coder"},
         description="agent role -> model name. Map several roles to one model to share it.")
+    workflow: WorkflowConfig | None = Field(
+        None, description="The workflow (mgrpo.workflows): None = the hierarchy of `agents`; "
+        "{kind: turn_team, world: plan_path, roles: {tool: m1, plan: m2}} = a team taking "
+        "turns on a world (its roles replace `agents`; algorithm at_grpo).")
     models: dict[str, ModelConfig]
     engines: dict[str, str] = Field(
         default_factory=dict, description="Agent role -> inference engine of its rollouts "
@@ -396,6 +401,25 @@ class RunConfig(StrictModel):
         get_algorithm(name)  # an unknown name lists the valid ones
         return name
 
+    @model_validator(mode="before")
+    @classmethod
+    def _workflow_fields(cls, data):
+        """What the workflow implies (a turn_team's `agents` from its roles)."""
+        if isinstance(data, dict) and isinstance(data.get("workflow"), WorkflowConfig):
+            data = {**data, "workflow": data["workflow"].model_dump(exclude_unset=True)}
+        if isinstance(data, dict) and isinstance(data.get("workflow"), dict):
+            from mgrpo.workflows import prepare_run_data
+
+            return prepare_run_data(data)
+        return data
+
+    @property
+    def flow(self):
+        """The registered :class:`~mgrpo.workflows.Workflow` this run plays."""
+        from mgrpo.workflows import get_workflow
+
+        return get_workflow(self.workflow.kind if self.workflow else "hierarchy")
+
     @property
     def algo(self) -> Algorithm:
         """The registered :class:`~mgrpo.algo.algorithms.Algorithm` this run trains with."""
@@ -407,8 +431,7 @@ class RunConfig(StrictModel):
         if missing:
             raise ValueError(f"agents map to models {missing} that are not in `models` "
                              f"(have {sorted(self.models)}); add them under `models:`.")
-        if "planner" not in self.agents:
-            raise ValueError("`agents` must map the role `planner` to a model.")
+        self.flow.check(self)  # the hierarchy: a planner; a turn team: its world's roles
         if self.protocol.format != "markup" and self.algo.play != "delegate":
             raise ValueError(f"protocol.format: {self.protocol.format} plays algorithm mgrpo "
                              f"(planner + sub-agents); {self.algorithm} renders the markup "

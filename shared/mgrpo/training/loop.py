@@ -86,12 +86,13 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     committed leaves the folder as it found it."""
     from mgrpo.training.run_lock import own_run_folder
 
-    with own_run_folder(Path(cfg.out_dir)):
-        return _run_training(cfg, resume, progress, stop_after, log_every)
+    with own_run_folder(Path(cfg.out_dir)):  # the run's workflow trains it (mgrpo.workflows)
+        return cfg.flow.train(cfg, resume, progress, stop_after, log_every)
 
 
-def _run_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
+def run_hierarchy(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
                   log_every: int) -> RunResult:
+    """The ``hierarchy`` workflow's run: a planner and its sub-agents on the benchmark."""
     from mgrpo.store import Store
 
     started = time.perf_counter()

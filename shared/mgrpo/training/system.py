@@ -116,7 +116,9 @@ def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
             for role in roles}
 
 
-def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
+def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
+    """Every model an agent uses, loaded once (its torch engine and, when trainable, its
+    optimizer), seeded by the run's seed: embedded mode's models, whatever the workflow."""
     from mgrpo.engines.torch_engine import TorchEngine
     from mgrpo.models import load_model
     from mgrpo.models.lora import apply_lora
@@ -127,7 +129,6 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         raise ValueError(f"engines {other}: the embedded mode samples with the torch engine "
                          "only; run the services (`mgrpo up`) for vllm or server engines")
     torch.manual_seed(cfg.seed)
-    bench = load_benchmark(cfg.bench_dir)
     models: dict[str, LoadedModel] = {}
     for name in dict.fromkeys(cfg.agents.values()):
         mcfg = cfg.models[name]
@@ -141,6 +142,12 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
             prepare_for_training(model, mcfg)  # gradient checkpointing when asked
             optimizer = make_optimizer(model, mcfg)
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
+    return models
+
+
+def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
+    models = load_models(cfg, device)
+    bench = load_benchmark(cfg.bench_dir)
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)
     formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,

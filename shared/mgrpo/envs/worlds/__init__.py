@@ -1,6 +1,7 @@
 """Turn-based worlds (AT-GRPO's settings): :mod:`mgrpo.envs.worlds.base` holds the protocol
 and the registry; each world is one module here and registers itself on import."""
 
+from mgrpo.envs.worlds import plan_path, sudoku4  # noqa: F401 - registers the worlds
 from mgrpo.envs.worlds.base import (
     SPLITS,
     Turn,

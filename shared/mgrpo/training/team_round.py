@@ -1,0 +1,167 @@
+"""A ``turn_team`` run in this process (embedded mode): rounds of tree play on the world ->
+store -> each model's AT-GRPO update -> checkpoint.
+
+One round: B training tasks (a pure function of (seed, round)), played as AT-GRPO trees by
+:class:`mgrpo.workflows.team_play.TeamSampler` (K candidates per (task, role, team turn),
+the best continues). Candidates go through the stats store exactly as the hierarchy's trees
+do (one rollout slot per candidate index k); each model's trainer reads back its own roles'
+candidates and runs :func:`mgrpo.training.tree_round.train_tree_model`: advantages within
+each (task, role, turn) group (``mgrpo.algo.at_grpo_advantages``) and the same policy update
+as every other round (``mgrpo.training.update.policy_update``). A shared policy (one model
+for every role) trains on all roles' samples; specialised policies each on their role's.
+
+Held-out evaluation: the greedy team (one action per turn) on ``eval_questions`` tasks of the
+world's test split, before the first round and after the last: ``eval/greedy/accuracy``
+(solved), ``eval/greedy/team_turns``.
+
+What this module does not do: the services' mode (a turn_team run trains embedded only).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mgrpo.training.config import RunConfig
+from mgrpo.training.episodes import AgentRuntime
+from mgrpo.training.round_store import publish_stats, round_id_of
+from mgrpo.training.rounds import sample_questions
+from mgrpo.training.system import LoadedModel, load_models
+from mgrpo.training.tree_round import train_tree_model, tree_seed
+from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
+
+
+@dataclass
+class TeamSystem:
+    """A turn team in this process: its world, models and one runtime per role."""
+
+    cfg: RunConfig
+    world: Any
+    models: dict[str, LoadedModel]
+    runtimes: dict[str, AgentRuntime]
+    extras: dict = field(default_factory=dict)
+
+    def sampler(self) -> TeamSampler:
+        flow = self.cfg.flow
+        return TeamSampler(self.world, self.runtimes, self.cfg.sampling, self.cfg.k,
+                           flow.alpha(self.cfg), flow.max_turns(self.cfg))
+
+
+def build_team_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> TeamSystem:
+    from mgrpo.envs.worlds import build_world
+
+    models = load_models(cfg, device)
+    options = dict(cfg.workflow.world_options)
+    if sandbox is not None:
+        options["sandbox"] = sandbox
+    world = build_world(cfg.workflow.world, **options)
+    runtimes = {role: AgentRuntime(role=role, model=name, engine=models[name].engine,
+                                   tokenizer=models[name].tokenizer)
+                for role, name in cfg.flow.roles(cfg).items()}
+    return TeamSystem(cfg, world, models, runtimes)
+
+
+def ingest_team(store, round_id: str, episodes: list[TeamEpisode], k: int) -> None:
+    """Candidates into the store, one rollout per candidate slot k (its candidates of every
+    (role, turn))."""
+    for ep in episodes:
+        qid = ep.task.task_id
+        for slot in range(k):
+            attempt = store.begin_attempt(round_id, qid, slot)
+            if attempt is None:  # completed before a crash
+                continue
+            store.ingest_trajectories([t.model_copy(update={"attempt": attempt})
+                                       for t in ep.candidates if t.rollout == slot])
+            store.complete_rollout(round_id, qid, slot, attempt)
+
+
+def team_metrics(episodes: list[TeamEpisode], world: Any, prefix: str) -> dict[str, float]:
+    """Solved fraction and team turns of the episodes' chosen paths."""
+    n = max(len(episodes), 1)
+    return {f"{prefix}/accuracy": sum(world.score(ep.state) for ep in episodes) / n,
+            f"{prefix}/team_turns": sum(ep.state.team_turn for ep in episodes) / n}
+
+
+def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
+                   pool: list) -> dict[str, float]:
+    from mgrpo.training.run_state import save_state
+
+    cfg = system.cfg
+    round_id = round_id_of(run_id, round_index)
+    tasks = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
+    if not store.create_round(run_id, round_id, round_index, [t.task_id for t in tasks],
+                              cfg.k, cfg.model_dump(mode="json"), running=True):
+        store.set_round_status(round_id, "running")  # it existed (a resumed round)
+    t0 = time.perf_counter()
+    episodes = system.sampler().run(round_id, tasks, tree_seed(cfg, round_index))
+    t1 = time.perf_counter()
+    ingest_team(store, round_id, episodes, cfg.k)
+    t2 = time.perf_counter()
+    store.set_round_status(round_id, "training")
+    metrics: dict[str, float] = {}
+    for lm in system.models.values():
+        roles = [r for r, m in system.cfg.flow.roles(cfg).items() if m == lm.name]
+        model_metrics, stats = train_tree_model(
+            lm, roles, store.round_trajectories(round_id, lm.name), cfg, round_index)
+        publish_stats(store, round_id, lm.name, stats)
+        metrics.update(model_metrics)
+    t3 = time.perf_counter()
+    save_state(system, round_index)
+    generated = sum(ep.generated_tokens for ep in episodes)
+    metrics.update(team_metrics(episodes, system.world, "team"))
+    metrics.update({"rollout/generated_tokens": float(generated),
+                    "time/rollout_s": t1 - t0, "time/ingest_s": t2 - t1,
+                    "time/update_s": t3 - t2, "time/weight_sync_s": time.perf_counter() - t3})
+    store.record_metrics(run_id, round_id, metrics)
+    store.set_round_status(round_id, "done")
+    return metrics
+
+
+def evaluate_team(system: TeamSystem, tasks: list) -> dict[str, float]:
+    """The greedy team on ``tasks``: ``eval/greedy/accuracy`` and ``eval/greedy/team_turns``."""
+    episodes = system.sampler().run("eval", tasks, system.cfg.seed, greedy=True)
+    return team_metrics(episodes, system.world, "eval/greedy")
+
+
+def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
+                      log_every: int):
+    """The ``turn_team`` workflow's run (called by ``mgrpo.training.loop.run_training``)."""
+    from mgrpo.store import Store
+    from mgrpo.training.loop import RunResult
+    from mgrpo.training.metrics import MetricsLogger
+    from mgrpo.training.run_state import start_weights
+    from mgrpo.training.stages import stage_schedule
+    from mgrpo.training.watch import RunWatch
+
+    started = time.perf_counter()
+    schedule = stage_schedule(cfg)
+    logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
+                           run_name=cfg.name, config=cfg.model_dump(mode="json"),
+                           log_every=log_every, total_rounds=len(schedule),
+                           watch=RunWatch(dict(cfg.agents), cfg.trained_models()))
+    system = build_team_system(cfg)
+    store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
+    store.upgrade()
+    store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
+    done = start_weights(system, resume)
+    pool = system.world.tasks("train", cfg.workflow.train_tasks, cfg.seed)
+    test = system.world.tasks("test", cfg.eval_questions, cfg.seed)
+    result = RunResult(out_dir=Path(cfg.out_dir))
+    if done == 0:
+        result.before = evaluate_team(system, test)
+        logger.log_eval(0, result.before, "before")
+    for _, round_index in logger.progress(schedule[done:], desc="rounds"):
+        if stop_after is not None and round_index >= stop_after:
+            break
+        logger.log_round(round_index, run_team_round(system, store, cfg.name, round_index,
+                                                     pool))
+        result.rounds = round_index + 1
+    else:
+        result.after = evaluate_team(system, test)
+        logger.log_eval(len(schedule), result.after, "after")
+    result.wall_s = time.perf_counter() - started
+    logger.close()
+    store.close()
+    return result

@@ -1,0 +1,91 @@
+"""Workflows: the shapes of a multi-agent system, registered by name.
+
+A workflow declares its roles and which model (policy) plays each (one model for all roles:
+a shared policy; one per role: specialised policies), who acts after whom (the turn order
+or the delegation graph), when an episode ends, what the team and the local rewards are,
+and how a run of it trains in this process. The run config's ``workflow: {kind: ...}``
+names one; without ``workflow`` a run is the ``hierarchy``.
+
+Built in: ``hierarchy`` (:mod:`mgrpo.workflows.hierarchy`: a planner delegating to tool
+sub-agents) and ``turn_team`` (:mod:`mgrpo.workflows.turn_team`: a team of roles taking
+turns on a :class:`~mgrpo.envs.worlds.World`). A user's workflow is registered from their
+own package (``plugins:``) with :func:`register_workflow`.
+
+What this module does NOT do: play episodes or train (the workflow's ``train`` hands the run
+to ``mgrpo.training``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mgrpo.training.config import RunConfig
+
+
+class Workflow:
+    """One workflow. A subclass sets ``name`` and ``description`` and overrides what
+    differs; an instance is registered with :func:`register_workflow`."""
+
+    name: str = ""
+    description: str = ""
+    team_reward: str = ""  # what the team reward is (one line, for docs and `mgrpo` help)
+    local_reward: str = ""  # what each role's local reward is
+
+    def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A run config's raw fields before validation (fill what the workflow implies,
+        e.g. ``agents`` from its roles); the default changes nothing."""
+        return data
+
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse a validated run config this workflow cannot run (a one-line ValueError)."""
+
+    def roles(self, cfg: RunConfig) -> dict[str, str]:
+        """Role -> the model (an entry of ``models``) that plays it."""
+        return dict(cfg.agents)
+
+    def turn_order(self, cfg: RunConfig) -> dict[str, tuple[str, ...]]:
+        """Who may act after each role: the delegation graph of a hierarchy, the next role
+        of a turn-based team."""
+        raise NotImplementedError
+
+    def max_turns(self, cfg: RunConfig) -> int:
+        """The most turns an episode lasts (the outer loop's: planner turns, team turns)."""
+        raise NotImplementedError
+
+    def train(self, cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
+              log_every: int):
+        """Train a run of this workflow in this process; returns a
+        :class:`mgrpo.training.loop.RunResult`. Called by ``run_training``, which holds the
+        run folder."""
+        raise NotImplementedError
+
+
+_WORKFLOWS: dict[str, Workflow] = {}
+
+
+def register_workflow(workflow: Workflow) -> Workflow:
+    """Register ``workflow`` under its name; a second, different one of that name is
+    refused."""
+    if not workflow.name:
+        raise ValueError("a workflow needs a name")
+    known = _WORKFLOWS.get(workflow.name)
+    if known is not None and known is not workflow and type(known) is not type(workflow):
+        raise ValueError(f"workflow {workflow.name!r} is already registered; pick another "
+                         "name")
+    _WORKFLOWS[workflow.name] = workflow
+    return workflow
+
+
+def get_workflow(name: str) -> Workflow:
+    """The workflow registered as ``name``; an unknown name lists the known ones."""
+    try:
+        return _WORKFLOWS[name]
+    except KeyError:
+        raise ValueError(f"unknown workflow {name!r}; known: {', '.join(workflow_names())} "
+                         "(a workflow of your own: register_workflow in a module named under "
+                         "`plugins:`)") from None
+
+
+def workflow_names() -> list[str]:
+    return sorted(_WORKFLOWS)

@@ -1,0 +1,88 @@
+"""``turn_team``: a team of roles takes turns on a :class:`~mgrpo.envs.worlds.World`
+(AT-GRPO's setting): every team turn each role, in the world's order, observes its own
+prompt (the task, its history, what the others produced) and acts. The episode ends when the
+world says so (solved, or the world's own turn limit) or after ``workflow.max_turns`` team
+turns. Team reward: the world's verifier (``World.score``); local reward: the world's reward
+of the role's own action (``Turn.reward``); a turn's training reward is
+``alpha * team + local``.
+
+The run config names the world and which model plays each role::
+
+    workflow: {kind: turn_team, world: plan_path, roles: {tool: modelA, plan: modelB}}
+
+``roles`` replaces ``agents`` (one model for both roles: a shared policy), and the algorithm
+is ``at_grpo`` (tree sampling: ``mgrpo.workflows.team_play``) unless another tree algorithm
+is named. Training in this process: ``mgrpo.training.team_round``.
+"""
+
+from __future__ import annotations
+
+from mgrpo.workflows.base import Workflow, register_workflow
+
+
+def world_roles(name: str) -> tuple[str, ...]:
+    """The roles of registered world ``name``, in turn order (built with no options)."""
+    from mgrpo.envs.worlds import build_world
+
+    return tuple(build_world(name).roles)
+
+
+class TurnTeam(Workflow):
+    name = "turn_team"
+    description = "roles take turns on a world, each observing and acting in order"
+    team_reward = "the world's verifier on the episode (World.score, 1.0 solved)"
+    local_reward = "the world's reward of the role's own action (Turn.reward)"
+
+    def prepare(self, data: dict) -> dict:
+        flow = data["workflow"]
+        roles = flow.get("roles")
+        if not isinstance(roles, dict) or not roles:
+            raise ValueError("workflow turn_team needs `roles: {role: model}` naming the model "
+                             "of every role of its world")
+        if "agents" in data and data["agents"] != roles:
+            raise ValueError("workflow turn_team: each role's model comes from "
+                             "workflow.roles; drop `agents`")
+        return {**data, "agents": dict(roles), "algorithm": data.get("algorithm", "at_grpo")}
+
+    def check(self, cfg) -> None:
+        flow = cfg.workflow
+        if not flow.world:
+            raise ValueError("workflow turn_team needs `world:` (a registered world: "
+                             "plan_path, sudoku4, or one a `plugins:` module registers)")
+        roles = world_roles(flow.world)
+        if sorted(flow.roles) != sorted(roles):
+            raise ValueError(f"workflow.roles {sorted(flow.roles)} must name exactly the "
+                             f"roles of world {flow.world!r}: {list(roles)}")
+        if not cfg.algo.tree:
+            raise ValueError(f"workflow turn_team trains with tree sampling (algorithm: "
+                             f"at_grpo), not {cfg.algorithm}")
+        filtered = [i for i, s in enumerate(cfg.stages) if s.max_success < 1.0]
+        if filtered:
+            raise ValueError(f"stages {filtered}: max_success filters a benchmark's questions; "
+                             "a turn_team run samples its world's training tasks (drop it)")
+
+    def roles(self, cfg) -> dict[str, str]:
+        return dict(cfg.workflow.roles)
+
+    def turn_order(self, cfg) -> dict[str, tuple[str, ...]]:
+        order = world_roles(cfg.workflow.world)
+        return {r: (order[(i + 1) % len(order)],) for i, r in enumerate(order)}
+
+    def max_turns(self, cfg) -> int:
+        if cfg.workflow.max_turns is not None:
+            return cfg.workflow.max_turns
+        from mgrpo.envs.worlds import build_world
+
+        return build_world(cfg.workflow.world, **cfg.workflow.world_options).max_turns
+
+    def alpha(self, cfg) -> float:
+        alpha = cfg.workflow.alpha
+        return cfg.at_grpo_alpha if alpha is None else alpha
+
+    def train(self, cfg, resume, progress, stop_after, log_every):
+        from mgrpo.training.team_round import run_team_training
+
+        return run_team_training(cfg, resume, progress, stop_after, log_every)
+
+
+TURN_TEAM = register_workflow(TurnTeam())

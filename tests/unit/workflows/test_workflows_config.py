@@ -1,0 +1,87 @@
+"""Workflows as a registered concept: the hierarchy is the default (every existing config
+keeps its meaning), a turn_team config fills `agents` from its roles and trains with
+AT-GRPO, and mistakes are refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from mgrpo.training.config import RunConfig
+from mgrpo.workflows import Workflow, get_workflow, register_workflow, workflow_names
+
+MODELS = {m: {"path": "unused"} for m in ("planner", "searcher", "coder")}
+
+
+def _team(**flow) -> dict:
+    return {"models": {"m1": {"path": "unused"}, "m2": {"path": "unused"}},
+            "workflow": {"kind": "turn_team", "world": "plan_path",
+                         "roles": {"tool": "m1", "plan": "m2"}, **flow}}
+
+
+def test_no_workflow_is_the_hierarchy_of_agents():
+    cfg = RunConfig(models=MODELS)
+    assert cfg.workflow is None and cfg.flow.name == "hierarchy"
+    assert cfg.flow.roles(cfg) == cfg.agents
+    assert cfg.flow.turn_order(cfg) == {"planner": ("searcher", "coder"),
+                                        "searcher": ("planner",), "coder": ("planner",)}
+    assert cfg.flow.max_turns(cfg) == cfg.sampling.planner_max_turns
+    explicit = RunConfig.model_validate({"models": MODELS, "workflow": {"kind": "hierarchy"}})
+    assert explicit.flow.name == "hierarchy" and explicit.agents == cfg.agents
+
+
+def test_turn_team_roles_replace_agents_and_default_to_at_grpo():
+    cfg = RunConfig.model_validate(_team(alpha=0.5, max_turns=3))
+    assert cfg.agents == {"tool": "m1", "plan": "m2"} and cfg.algorithm == "at_grpo"
+    assert cfg.flow.name == "turn_team" and cfg.flow.alpha(cfg) == 0.5
+    assert cfg.flow.turn_order(cfg) == {"tool": ("plan",), "plan": ("tool",)}
+    assert cfg.flow.max_turns(cfg) == 3
+    assert cfg.trained_models() == ["m1", "m2"]
+    default = RunConfig.model_validate(_team())
+    assert default.flow.alpha(default) == default.at_grpo_alpha
+    assert default.flow.max_turns(default) == 2  # the world's own limit
+    shared = RunConfig.model_validate({**_team(), "workflow": {
+        "kind": "turn_team", "world": "sudoku4", "roles": {"tool": "m1", "plan": "m1"}}})
+    assert shared.trained_models() == ["m1"]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"wrld": "plan_path"}, "did you mean 'world'"),
+    ({"world": "nowhere"}, "unknown world 'nowhere'; known:"),
+    ({"roles": {"tool": "m1"}}, "must name exactly the roles of world 'plan_path'"),
+    ({"roles": {}}, "needs `roles: {role: model}`"),
+    ({"world": None}, "needs `world:`"),
+    ({"kind": "debate"}, "unknown workflow 'debate'; known: hierarchy, turn_team"),
+    ({"alpha": -1}, "greater than or equal to 0"),
+])
+def test_turn_team_mistakes_are_refused(change, message):
+    data = _team()
+    data["workflow"].update(change)
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace("{", r"\{")):
+        RunConfig.model_validate(data)
+
+
+def test_turn_team_refuses_agents_a_flat_algorithm_and_filters():
+    with pytest.raises(ValidationError, match="drop `agents`"):
+        RunConfig.model_validate({**_team(), "agents": {"planner": "m1"}})
+    with pytest.raises(ValidationError, match="tree sampling"):
+        RunConfig.model_validate({**_team(), "algorithm": "mgrpo"})
+    with pytest.raises(ValidationError, match="max_success"):
+        RunConfig.model_validate({**_team(), "stages": [{"rounds": 1, "max_success": 0.5}]})
+    with pytest.raises(ValidationError, match="hierarchy takes no world"):
+        RunConfig.model_validate({"models": MODELS, "workflow": {"kind": "hierarchy",
+                                                                 "world": "plan_path"}})
+
+
+def test_a_registered_workflow_is_found_and_a_clash_refused():
+    class Solo(Workflow):
+        name = "solo_test_flow"
+
+    solo = register_workflow(Solo())
+    assert get_workflow("solo_test_flow") is solo and "solo_test_flow" in workflow_names()
+
+    class Other(Workflow):
+        name = "solo_test_flow"
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_workflow(Other())
