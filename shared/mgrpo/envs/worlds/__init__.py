@@ -1,7 +1,13 @@
 """Turn-based worlds (AT-GRPO's settings): :mod:`mgrpo.envs.worlds.base` holds the protocol
 and the registry; each world is one module here and registers itself on import."""
 
-from mgrpo.envs.worlds import plan_path, sudoku4  # noqa: F401 - registers the worlds
+from mgrpo.envs.worlds import (  # noqa: F401 - each registers its world
+    coder_tester,
+    math_team,
+    plan_path,
+    sokoban,
+    sudoku4,
+)
 from mgrpo.envs.worlds.base import (
     SPLITS,
     Turn,
