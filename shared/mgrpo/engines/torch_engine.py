@@ -96,15 +96,17 @@ class TorchEngine:
         return results  # type: ignore[return-value]
 
     def load_weights(self, source, version: int) -> None:
-        """Load a state dict, or a checkpoint version directory (path or fsspec URI). A LoRA
+        """Load a state dict (copied in place into the parameters), or a checkpoint version
+        directory (path or fsspec URI; ``mgrpo.models.weights_read.read_weights``: the weights
+        file once, crc32-checked, as views of the bytes read). A LoRA
         (peft) model takes an adapter checkpoint into its adapter, and full weights into its
         base with the adapter reset (``mgrpo.models.lora.load_base_state``)."""
         if isinstance(source, dict):
             state = source
         else:
-            from mgrpo.models.checkpoint import read_checkpoint_dir
+            from mgrpo.models.weights_read import read_weights
 
-            state, manifest = read_checkpoint_dir(str(source))
+            state, manifest = read_weights(str(source))
             if manifest.get("kind") == "lora":
                 from mgrpo.models.lora import load_adapter_state
 

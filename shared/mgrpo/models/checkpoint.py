@@ -9,13 +9,15 @@ Layout::
                                    directory is itself a Hugging Face folder (load_model works)
         adapter_model.safetensors  LoRA only (peft adapter weights) + adapter_config.json
         tokenizer files            when a tokenizer is given
-        manifest.json              written LAST: name, version, kind, sha256 + size per file
+        manifest.json              written LAST: name, version, kind, sha256, crc32 + size
+                                   per file
 
 Atomicity: everything is written under ``{root}/{name}/.tmp-v{version}-{uuid}/`` and the folder
 is renamed into place at the end. A writer killed at any point leaves either no version
 directory or a complete one; :func:`latest_version` only counts directories with a manifest,
-and loading re-hashes every file, so a torn or corrupted checkpoint raises
-:class:`CheckpointError` and is never loaded.
+and loading re-hashes every file (a sampler's reload, ``mgrpo.models.weights_read``, the
+weights file by its crc32), so a torn or corrupted checkpoint raises :class:`CheckpointError`
+and is never loaded.
 
 Write once: a version directory is never rewritten in place. :func:`save_checkpoint` refuses
 an existing version (on local paths the final ``rename`` itself refuses a non-empty target,
@@ -46,6 +48,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 import fsspec
@@ -174,7 +177,7 @@ def save_checkpoint(model, root_uri: str, name: str, version: int, tokenizer=Non
             with fs.open(f"{tmp}/{filename}", "wb") as handle:
                 handle.write(data)
             entries[filename] = {"sha256": hashlib.sha256(data).hexdigest(),
-                                 "size": len(data)}
+                                 "crc32": zlib.crc32(data), "size": len(data)}
         manifest = {"name": name, "version": version, "kind": kind, "files": entries,
                     "aliases": aliases, "created": time.time(), "extra": extra or {}}
         with fs.open(f"{tmp}/{MANIFEST}", "wb") as handle:

@@ -69,11 +69,17 @@ def save_state(system: System, round_index: int) -> None:
 
 def sync_sampler(lm, uri: str) -> None:
     """Give ``lm``'s engine version ``lm.version`` (checkpoint ``uri``): an engine over the
-    trained model itself (TorchEngine) only takes the number; a separate sampler (e.g. a
-    VLLMEngine put in ``lm.engine``) loads the checkpoint: a LoRA model's holds only the
-    adapter, so only the adapter is pushed."""
-    if getattr(lm.engine, "model", None) is lm.model:
+    trained model itself (TorchEngine) only takes the number; a separate torch module in this
+    process (a TorchEngine over a copy) takes the trainer's tensors, copied in place (no disk
+    read); any other sampler (e.g. a VLLMEngine put in ``lm.engine``) loads the checkpoint:
+    a LoRA model's holds only the adapter, so only the adapter is pushed."""
+    from mgrpo.models.lora import is_lora_model
+
+    sampler_model = getattr(lm.engine, "model", None)
+    if sampler_model is lm.model:
         lm.engine.version = lm.version
+    elif isinstance(sampler_model, torch.nn.Module) and not is_lora_model(lm.model):
+        lm.engine.load_weights(lm.model.state_dict(), lm.version)
     else:
         lm.engine.load_weights(uri, lm.version)
 

@@ -42,6 +42,13 @@ def test_kl_cost(tmp_path):
     assert result["update_s_with_kl"] > 0 and result["reference_weights_mb"] > 0
 
 
+def test_weight_sync(tmp_path):
+    run_bench("weight_sync.py", "--smoke", "--out", str(tmp_path / "r.json"))
+    (row,) = read_json(tmp_path / "r.json")["sizes"]
+    assert set(row["paths"]) == {"checkpoint_sha256", "checkpoint_crc32", "in_process"}
+    assert all(r["max_abs_logprob_diff"] == 0.0 for r in row["paths"].values())
+
+
 def test_engine(tmp_path):
     run_bench("engine.py", "--batch-sizes", "1", "--new-tokens", "2", "--repeats", "1",
               "--sampler-vocabs", "64", "--out", str(tmp_path / "r.json"))
