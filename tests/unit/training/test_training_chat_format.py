@@ -182,3 +182,35 @@ def test_a_rounds_protocol_picks_the_format_of_the_services_runtime():
     chat = with_protocol(runtime, ProtocolConfig(format="chat_template"))
     assert isinstance(chat.turn_format, ChatTemplateFormat) and chat.tokenizer is tok
     assert with_protocol(chat, ProtocolConfig(format="chat_template")) is chat
+
+
+def test_an_embedded_round_plays_the_chat_template(tmp_path, bench_dir, tiny_dir):
+    """`mgrpo train`'s loop with protocol.format: chat_template: the stored trajectories are
+    chat-template conversations; a tokenizer whose template is not append-only (the tiny
+    models' markup template) is refused before anything runs."""
+    from training_testkit import run_config_dict
+
+    from mgrpo.store import Store
+    from mgrpo.training.config import RunConfig
+    from mgrpo.training.loop import run_training
+
+    tok = chat_tokenizer()
+    model_dir = tmp_path / "chat-model"
+    tiny_chat_model(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    chat = {"protocol": {"format": "chat_template"}, "stages": [{"stage": 1, "rounds": 1}],
+            "eval_questions": 1}
+    cfg = RunConfig.model_validate(run_config_dict(tmp_path, model_dir, bench_dir, **chat))
+    assert run_training(cfg, progress=False).rounds == 1
+    store = Store(f"sqlite:///{tmp_path / 'run' / 'store.db'}")
+    (round_,) = store.list_rounds("t")
+    planner = store.round_trajectories(round_.round_id, "planner")
+    assert len(planner) == cfg.queries_per_round * cfg.k
+    for traj in planner:
+        prompt = traj.input_ids[:traj.response_mask.index(1)]
+        assert tok.decode(prompt).startswith("<|im_start|>system\nYou are the planner")
+        assert tok.decode(prompt).endswith("<|im_end|>\n<|im_start|>assistant\n")
+    markup = RunConfig.model_validate(run_config_dict(tmp_path / "m", tiny_dir, bench_dir,
+                                                      **chat))
+    with pytest.raises(ValueError, match="^protocol.format: chat_template: .*markup$"):
+        run_training(markup, progress=False)
