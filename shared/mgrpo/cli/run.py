@@ -40,6 +40,18 @@ def _with_rounds(cfg, rounds: int | None):
     return cfg.model_copy(update={"stages": [StageConfig.model_validate(s) for s in stages]})
 
 
+def _rounds_for_steps(cfg, steps: int) -> int:
+    """``--steps N`` as rounds (``config_files.rounds_for_steps``); a refusal in one line."""
+    from mgrpo.training.config_files import rounds_for_steps
+
+    per_round = {m: cfg.models[m].mini_batches * cfg.models[m].ppo_epochs
+                 for m in cfg.trained_models()}
+    try:
+        return rounds_for_steps(per_round, steps)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--steps") from None
+
+
 def set_quiet(quiet: bool) -> None:
     """``--quiet``: through the environment, so every layer (and child process) sees it."""
     if quiet:
@@ -83,7 +95,9 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
               "one N falls in shortened, later ones dropped (more than planned: the last "
               "stage longer). One round = B queries x K rollouts, one update per model."),
           steps: int | None = typer.Option(
-              None, "--steps", hidden=True, help="Refused with a pointer to --rounds."),
+              None, "--steps", min=1, help="Train until each trained model has made N "
+              "optimizer steps (TRL's max_steps): N / (mini_batches x ppo_epochs) rounds, "
+              "as --rounds; N must be a multiple of that."),
           log_every: int = typer.Option(
               1, "--log-every", min=1, help="A log line on stderr every N rounds (and the "
               "last), whatever stderr is (docs/metrics.md, \"Log lines\")."),
@@ -99,12 +113,12 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.training.numerics import pin
     from mgrpo.training.plots import plot_run
 
-    if steps is not None:
-        raise typer.BadParameter(
-            "mgrpo counts rounds, not optimizer steps: a round makes models.<m>.mini_batches "
-            f"steps per model (1 by default); use --rounds {steps}", param_hint="--steps")
+    if steps is not None and rounds is not None:
+        raise typer.BadParameter("give the run's length once: --rounds or --steps",
+                                 param_hint="--steps")
     set_quiet(quiet)
-    cfg = _with_rounds(load_run_config(config, _parse_overrides(set_)), rounds)
+    cfg = load_run_config(config, _parse_overrides(set_))
+    cfg = _with_rounds(cfg, _rounds_for_steps(cfg, steps) if steps is not None else rounds)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume, log_every=log_every)

@@ -1,5 +1,6 @@
 """Config files as a user meets them: reading (a YAML error names the file), ``--set``
-values (YAML), ``--rounds``, which command a file belongs to, and ``mgrpo config check``.
+values (YAML), ``--rounds`` and ``--steps``, which command a file belongs to, and
+``mgrpo config check``.
 
 Two kinds of YAML file configure a run: a run config (:class:`~mgrpo.training.config.RunConfig`:
 ``mgrpo train``, ``eval``, ``up`` and the services) and a demo config
@@ -120,6 +121,28 @@ def with_rounds(stages: list[dict], rounds: int) -> list[dict]:
     if left:
         out[-1]["rounds"] += left
     return out
+
+
+def rounds_for_steps(per_round: dict[str, int], steps: int) -> int:
+    """``--steps N``: the rounds that make N optimizer steps per trained model, given each
+    model's steps per round (``mini_batches`` x ``ppo_epochs``). Refused (one line) when the
+    models make different numbers of steps per round or N is not a multiple of them."""
+    if steps < 1:
+        raise ValueError(f"--steps {steps}: give at least 1")
+    if not per_round:
+        raise ValueError("--steps: no model is trained (every model has trainable: false)")
+    if len(set(per_round.values())) > 1:
+        each = ", ".join(f"{m} {n}" for m, n in sorted(per_round.items()))
+        raise ValueError(f"--steps {steps}: the trained models make different numbers of "
+                         f"optimizer steps per round ({each}: mini_batches x ppo_epochs); "
+                         "give the run's length in rounds with --rounds")
+    each = next(iter(per_round.values()))
+    if steps % each:
+        low, high = steps - steps % each, steps - steps % each + each
+        nearest = f"--steps {low} or {high}" if low else f"--steps {high}"
+        raise ValueError(f"--steps {steps} is not a multiple of the {each} optimizer steps a "
+                         f"round makes per model (mini_batches x ppo_epochs); use {nearest}")
+    return steps // each
 
 
 COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services' "

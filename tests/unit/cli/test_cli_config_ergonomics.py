@@ -18,7 +18,12 @@ from mgrpo.cli.main import app
 from mgrpo.cli.run import _parse_overrides, _with_rounds
 from mgrpo.training import aliases
 from mgrpo.training.config import load_run_config
-from mgrpo.training.config_files import ConfigFileError, check_file, with_rounds
+from mgrpo.training.config_files import (
+    ConfigFileError,
+    check_file,
+    rounds_for_steps,
+    with_rounds,
+)
 from mgrpo.validation import one_line
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -67,10 +72,47 @@ def test_rounds_cut_or_stretch_the_curriculum(tmp_path):
     assert [(s.stage, s.rounds) for s in cfg.stages] == [(1, 3)]
 
 
-def test_train_steps_points_to_rounds(tmp_path):
-    result = CliRunner().invoke(app, ["train", "--config", str(_config(tmp_path)),
-                                      "--steps", "5"])
-    assert result.exit_code != 0 and "use --rounds 5" in result.output
+def test_steps_give_the_rounds_that_make_them():
+    assert rounds_for_steps({"planner": 1, "searcher": 1}, 5) == 5
+    assert rounds_for_steps({"planner": 4, "searcher": 4}, 12) == 3  # mini_batches x epochs
+    with pytest.raises(ValueError, match=r"^--steps 10 is not a multiple of the 4 optimizer "
+                       r"steps .*; use --steps 8 or 12$"):
+        rounds_for_steps({"planner": 4}, 10)
+    with pytest.raises(ValueError, match=r"^--steps 3 .*; use --steps 4$"):
+        rounds_for_steps({"planner": 4}, 3)
+    with pytest.raises(ValueError, match=r"different numbers of optimizer steps per round "
+                       r"\(planner 2, searcher 1: "):
+        rounds_for_steps({"planner": 2, "searcher": 1}, 4)
+
+
+def flat(result) -> str:
+    """A CLI error as one line of words (typer draws it in a box, wrapped)."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
+
+
+def test_train_steps_sets_the_rounds(tmp_path, monkeypatch):
+    """``train --steps 6`` with every model at mini_batches 2: 3 rounds (the first stage cut
+    to 3); refused when the planner alone makes 2 steps a round, or with --rounds too."""
+    import mgrpo.training.loop as loop
+
+    trained = []
+
+    def run_training(cfg, **_):
+        trained.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(loop, "run_training", run_training)
+    path = _config(tmp_path, stages=[{"stage": 1, "rounds": 10}, {"stage": 2, "rounds": 40}])
+    two = [f"--set=models.{m}.mini_batches=2" for m in ("planner", "searcher", "coder")]
+    result = CliRunner().invoke(app, ["train", "--config", str(path), "--steps", "6", *two,
+                                      "--set", f"out_dir={tmp_path / 'out'}"])
+    assert [(s.stage, s.rounds) for s in trained[0].stages] == [(1, 3)], result.output
+    result = CliRunner().invoke(app, ["train", "--config", str(path), "--steps", "6",
+                                      "--set", "models.planner.mini_batches=2"])
+    assert result.exit_code != 0 and "different numbers of optimizer steps" in flat(result)
+    result = CliRunner().invoke(app, ["train", "--config", str(path), "--steps", "6",
+                                      "--rounds", "2"])
+    assert result.exit_code != 0 and "--rounds or --steps" in flat(result)
 
 
 @pytest.mark.parametrize(("extra", "where", "key", "ours", "origin"), [
