@@ -10,7 +10,7 @@ import os
 
 import typer
 
-from mgrpo.cli import config_check, data, db, dlq, models, run, serve, sft, ui, up
+from mgrpo.cli import config_check, data, db, dlq, models, run, serve, sft, ui, up, worlds
 from mgrpo.cli.errors import ErrorReportingGroup
 
 app = typer.Typer(
@@ -40,6 +40,8 @@ app.add_typer(db.app, name="db", help="Stats-store migrations.")
 app.add_typer(config_check.app, name="config",
               help="Check a config file (its kind, its options, its paths).")
 app.add_typer(dlq.app, name="dlq", help="List and replay the dead-letter queue.")
+app.add_typer(worlds.app, name="worlds",
+              help="List the turn-based worlds; measure their scripted experts.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up
 app.command("sft")(sft.sft)
 app.command("up")(up.up)

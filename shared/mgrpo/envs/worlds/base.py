@@ -91,17 +91,6 @@ class World(Protocol):
 
 WorldFactory = Callable[..., World]
 _WORLDS: dict[str, WorldFactory] = {}
-# The built-in worlds' modules, imported (so they register) on the first look-up: importing
-# the protocol does not import the sandbox, and the registry does not depend on its worlds.
-BUILTIN_MODULES = ("mgrpo.envs.worlds.sokoban", "mgrpo.envs.worlds.coder_tester",
-                   "mgrpo.envs.worlds.math_team")
-
-
-def _load_builtins() -> None:
-    import importlib
-
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
 
 
 def register_world(name: str, factory: WorldFactory | None = None):
@@ -122,7 +111,6 @@ def register_world(name: str, factory: WorldFactory | None = None):
 def build_world(name: str, **options: Any) -> World:
     """The world registered as ``name``, built with ``options``; an unknown name lists the
     known ones."""
-    _load_builtins()
     try:
         factory = _WORLDS[name]
     except KeyError:
@@ -133,5 +121,4 @@ def build_world(name: str, **options: Any) -> World:
 
 
 def world_names() -> list[str]:
-    _load_builtins()
     return sorted(_WORLDS)

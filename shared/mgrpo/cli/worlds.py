@@ -1,0 +1,38 @@
+"""`mgrpo worlds ...`: the registered turn-based worlds (built-in and from ``MGRPO_PLUGINS``)
+and their scripted experts.
+
+``list`` prints one line per world: its name, its roles in turn order and its team-turn
+limit. ``expert`` plays the scripted expert on a split and prints its solve rate (one JSON
+line); worlds with a tool run its code in the in-process sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("list")
+def list_worlds() -> None:
+    """Print each world: name, roles (in turn order), max team turns."""
+    from mgrpo.envs.worlds import build_world, world_names
+
+    for name in world_names():
+        world = build_world(name)
+        typer.echo(f"{name:<14} roles: {', '.join(world.roles):<22} max_turns: "
+                   f"{world.max_turns}")
+
+
+@app.command("expert")
+def expert(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds list`)."),
+           split: str = typer.Option("test", "--split", help="train, dev or test."),
+           n: int = typer.Option(200, "--n", min=1, help="Tasks to play."),
+           seed: int = typer.Option(0, "--seed", help="The tasks' seed.")) -> None:
+    """Play the scripted expert on N tasks of a split; print its solve rate as JSON."""
+    from mgrpo.envs.worlds import build_world
+    from mgrpo.envs.worlds.play import expert_report
+
+    typer.echo(json.dumps(expert_report(build_world(name), split, n, seed)))
