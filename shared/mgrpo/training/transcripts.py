@@ -6,7 +6,8 @@ plays every role of the run config (the planner and each sub-agent, with the run
 at least ``min_score`` are kept and written in the SFT format (docs/protocol.md): one
 ``{out}/{agent}.jsonl`` per role, each line one agent invocation whose segments are the
 trajectory's prompt and observation text (``train: false``) and generated turns
-(``train: true``), plus ``summary.json`` (played, kept, questions with a kept episode,
+(``train: true``), in the run's ``protocol.format`` (with ``chat_template``: the teacher
+tokenizer's chat template), plus ``summary.json`` (played, kept, questions with a kept episode,
 verifier errors).
 
 What this module does not do: load the teacher (the CLI does, as the services load engines)
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo.envs.demos import pick_questions
+from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeJob, EpisodeRunner, mix_seed
 from mgrpo.training.judging import build_verifier
@@ -51,9 +53,12 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
 
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, None, cfg.tools, cfg.role_tools)
+    turn_format = make_turn_format(cfg.protocol.format, tokenizer,
+                                   cfg.protocol.tool_call_format)
     runtimes = {role: AgentRuntime(role=role, model="teacher", engine=engine,
                                    tokenizer=tokenizer, tool=tools.get(role),
-                                   description=ROLE_DESCRIPTIONS.get(role, role))
+                                   description=ROLE_DESCRIPTIONS.get(role, role),
+                                   turn_format=turn_format)
                 for role in cfg.agents}
     subs = {r: rt for r, rt in runtimes.items() if r != "planner"}
     runner = EpisodeRunner(runtimes["planner"], role_cards(runtimes), cfg.sampling,

@@ -214,3 +214,45 @@ def test_an_embedded_round_plays_the_chat_template(tmp_path, bench_dir, tiny_dir
                                                       **chat))
     with pytest.raises(ValueError, match="^protocol.format: chat_template: .*markup$"):
         run_training(markup, progress=False)
+
+
+def test_teacher_transcripts_are_chat_conversations_that_sft_encodes_whole(
+        tmp_path, bench, bench_dir):
+    """`mgrpo data transcripts` with protocol.format: chat_template: each kept trajectory is
+    a chat-template conversation; its segments, encoded the way `mgrpo sft` encodes them,
+    give the ids of the whole conversation's text, the loss on the assistant turns."""
+    from training_testkit import run_config_dict
+
+    from mgrpo.models.sft import encode_segments
+    from mgrpo.training.config import RunConfig
+    from mgrpo.training.transcripts import write_transcripts
+
+    tok = chat_tokenizer()
+    gold = {q.question: q.answer for q in bench.questions("train")}
+
+    def turn(text: str, params) -> str:
+        if "You are the planner" not in text:  # a sub-agent: search once, then return
+            call = '<tool_call>{"name": "search", "arguments": {"input": "x"}}</tool_call>'
+            return ("found" if "<tool_response>" in text else call) + END
+        if "<tool_response>" not in text:
+            return '<tool_call>{"name": "searcher", "arguments": {"task": "x"}}</tool_call>' + END
+        return next(a for q, a in gold.items() if q in text) + END
+
+    cfg = RunConfig.model_validate(run_config_dict(
+        tmp_path, tmp_path, bench_dir, protocol={"format": "chat_template"}))
+    summary = write_transcripts(cfg, bench, ScriptedEngine(tok, text_responder(tok, turn)),
+                                tok, tmp_path / "out", n=2, samples=1)
+    assert summary["kept"] == 2 and summary["records"] == {"planner": 2, "searcher": 2}
+    for agent in ("planner", "searcher"):
+        for line in (tmp_path / "out" / f"{agent}.jsonl").read_text().splitlines():
+            segments = json.loads(line)["segments"]
+            ids, mask = encode_segments(tok, segments)
+            text = tok.decode(ids)
+            assert text.startswith("<|im_start|>system\n") and "<tool_response>" in text
+            assert [s["train"] for s in segments] == [False, True, False, True]
+            assert all(s["text"].endswith(END) for s in segments if s["train"])
+            assert ids == tok.encode("".join(s["text"] for s in segments),
+                                     add_special_tokens=False)
+            turns = [tok.encode(s["text"], add_special_tokens=False) for s in segments]
+            assert mask == [int(s["train"]) for s, t in zip(segments, turns, strict=True)
+                            for _ in t]
