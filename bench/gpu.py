@@ -181,7 +181,7 @@ def update_row(model, device: str, samples: list, micro_batch: int, checkpointin
                        dtype="bfloat16", gradient_checkpointing=checkpointing)
     prepare_for_training(model, mcfg)
     if shard:
-        from mgrpo.services.rank_checkpoint import shard as fsdp2
+        from mgrpo.parallel.sharding import shard as fsdp2
 
         fsdp2(model, "fsdp", device)
     optimizer = make_optimizer(model, mcfg)

@@ -1,7 +1,7 @@
-"""What ``bench/ddp_update.py`` and ``bench/trainer_ranks.py`` share: the tiny model and the
-synthetic samples they update on, their options, the torchrun launch (one thread a rank),
-the timing loop over their set-ups (1 and 2 ranks) with the machine's 1-minute load
-average read before and after each launch, and the result file with the machine in it."""
+"""What ``bench/trainer_ranks.py`` is built on: the tiny model and the synthetic samples it
+updates on (written and read back), its options, the torchrun launch (one thread a rank),
+the timing loop over its set-ups (1 and 2 ranks) with the machine's 1-minute load average
+read before and after each launch, and the result file with the machine in it."""
 
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ def make_inputs(root: Path, n_samples: int, length: int) -> tuple[Path, Path]:
     samples = root / "samples.json"
     samples.write_text(json.dumps(rows))
     return model, samples
+
+
+def read_samples(path: str) -> list:
+    """The samples :func:`make_inputs` wrote, as the trainer's update takes them."""
+    from mgrpo.training.scoring import Sample
+    from mgrpo.types import Trajectory
+
+    rows = json.loads(Path(path).read_text())
+    return [Sample(Trajectory.model_validate(r["trajectory"]), float(r["advantage"]),
+                   float(r["reward"])) for r in rows]
 
 
 def parse_args(doc: str, repeats: int, out: Path, setups: tuple[str, ...]) -> argparse.Namespace:

@@ -1,11 +1,11 @@
 """The trainer service's update as a torchrun job of 1 vs 2 ranks (CPU, gloo), FSDP2 and DDP:
 what rank 0 of ``mgrpo serve trainer`` pays per round for ``update_model`` under
-``mgrpo.services.trainer_ranks``: the ``update`` command (the round's samples broadcast
+``mgrpo.parallel.ranks``: the ``update`` command (the round's samples broadcast
 from rank 0) plus the data-parallel policy update; 1 rank is the single-process trainer's
 path (no wrapper, no process group). Then one checkpoint save, timed: 1 rank the
 single-process trainer's (``.optimizer.pt`` + the folder), 2 ranks ``Ranks.save`` (the
-optimizer shards by DCP, the weights gathered to rank 0, the same folder). The same tiny
-model and synthetic samples as ``bench/ddp_update.py``. The ranks are started once; the
+optimizer shards by DCP, the weights gathered to rank 0, the same folder). The tiny
+model and synthetic samples of ``bench/rank_timing.py``. The ranks are started once; the
 update is timed ``--repeats`` times in the same job (the first, with its warm-up, kept
 apart).
 
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from rank_timing import parse_args, time_setups, torchrun, write_result
+from rank_timing import parse_args, read_samples, time_setups, torchrun, write_result
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "trainer_ranks.json"
 
@@ -39,21 +39,21 @@ def worker(model: str, samples_file: str, repeats: int, micro: int, out: str,
 
     from mgrpo.config import Settings
     from mgrpo.models.checkpoint import save_checkpoint, version_uri
-    from mgrpo.services import trainer_ranks
-    from mgrpo.services.optimizer_state import save_optimizer_state
+    from mgrpo.parallel.optimizer_state import save_optimizer_state
+    from mgrpo.parallel.ranks import Ranks, world_size
     from mgrpo.services.trainer import put_state
+    from mgrpo.services.trainer_ranks import follower_model, trainer_work
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.distributed import read_samples
     from mgrpo.training.rounds import update_model
 
     torch.set_num_threads(1)
     models = {m: {"path": model, "lr": 2e-4, "micro_batch_size": micro}
               for m in ("planner", "searcher", "coder")}
     cfg = RunConfig.model_validate({"name": "bench", "k": 4, "models": models})
-    lm = trainer_ranks.follower_model(Settings(), cfg, "planner")
+    lm = follower_model(Settings(), cfg, "planner")
     ranks = None
-    if trainer_ranks.world_size() > 1:  # else: the single-process trainer (no DDP, no group)
-        ranks = trainer_ranks.Ranks("cpu")
+    if world_size() > 1:  # else: the single-process trainer (no DDP, no group)
+        ranks = Ranks("cpu", trainer_work())
         ranks.wrap(lm.model, how)
         if ranks.rank > 0:
             ranks.follow(lm)

@@ -19,15 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 # Imported or started by the scripts (not run on their own): covered through them.
-HELPERS = {"rank_timing.py": "ddp_update.py, trainer_ranks.py",
+HELPERS = {"rank_timing.py": "trainer_ranks.py",
            "round_harness.py": "round.py", "round_repeats.py": "round.py",
            "round_services.py": "round.py, async_round.py --distributed",
            "trl_step.py": "grpo_step.py (with .venv-trl)"}
 # Scripts with a smoke test of their own.
 TESTED_ELSEWHERE = {"gpu.py": "tests/unit/bench/test_bench_gpu.py (--tiny)"}
 # The scripts each tier runs (the tests assert that every script of bench/ is in one).
-UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "ddp_update.py",
-                "demo_async.py", "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
+UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "demo_async.py",
+                "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
                 "scaling.py", "trainer_ranks.py", "update_mfu.py", "weight_sync.py")
 SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py", "round_scaling.py")
 

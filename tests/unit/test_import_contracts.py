@@ -4,6 +4,8 @@
   container shells call the library, never the reverse), at module level or in a function.
 - ``mgrpo.algo`` is pure math: it imports only ``mgrpo.algo`` itself, torch, numpy, pydantic
   and the standard library.
+- The room order: a room never imports the rooms above it (:data:`ABOVE`), at module level
+  or in a function.
 - No first-party import circle at module level (the imports a module runs when it is
   imported, ``if TYPE_CHECKING:`` blocks left out). A function-level import does not count.
 """
@@ -18,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "shared"
 SHELLS = ROOT / "services"
 ALGO_ALLOWED = {"torch", "numpy", "pydantic", "__future__"}
+# room -> the rooms above it, which it never imports (docs/architecture.md)
+ABOVE = {"mgrpo.parallel": ("mgrpo.training", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard")}
 
 
 def module_name(path: Path, base: Path) -> str:
@@ -147,6 +151,20 @@ def test_algo_imports_only_algo_torch_numpy_pydantic_and_the_standard_library():
                 continue
             bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not bad, "mgrpo.algo is pure math (torch, numpy, pydantic, stdlib):\n" + \
+        "\n".join(bad)
+
+
+def in_room(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
+
+
+def test_no_room_imports_a_room_above_it():
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+           for name, path in sources().items() for room, above in ABOVE.items()
+           if in_room(name, room)
+           for target, line in imports(path, name, module_level=False)
+           if any(in_room(target, upper) for upper in above)]
+    assert not bad, "a room imports a room above it (hand the work down instead):\n" + \
         "\n".join(bad)
 
 

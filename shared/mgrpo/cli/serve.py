@@ -94,7 +94,7 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
     import os
 
     from mgrpo.services.entrypoints import serve_trainer
-    from mgrpo.services.trainer_ranks import torchrun_argv
+    from mgrpo.parallel.ranks import torchrun_argv
 
     settings = _settings()
     if settings.trainer_nproc > 1 and "WORLD_SIZE" not in os.environ:

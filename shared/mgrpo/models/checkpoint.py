@@ -31,7 +31,7 @@ starts.
 Runs: a run's checkpoints live under its own root, :func:`run_root` (``{root}/{run_id}``),
 so two runs never share a version directory.
 
-What it does NOT do: optimizer state (``mgrpo.services.optimizer_state``), garbage-collect
+What it does NOT do: optimizer state (``mgrpo.parallel.optimizer_state``), garbage-collect
 old versions, or lock against two writers of the same version (one trainer owns one model of
 one run). On stores without an atomic rename (``memory://``, S3), ``mv`` is copy-then-delete;
 the manifest check still rejects a torn copy.
@@ -106,7 +106,7 @@ def version_uri(root_uri: str, name: str, version: int) -> str:
     return f"{root_uri.rstrip('/')}/{name}/v{version:06d}"
 
 
-def _dedupe_tied(state: dict) -> tuple[dict, dict[str, str]]:
+def dedupe_tied(state: dict) -> tuple[dict, dict[str, str]]:
     """Drop tensors that share memory with an earlier key (tied embeddings); safetensors
     refuses shared tensors. Returns (state without duplicates, {dropped_key: kept_key})."""
     seen: dict[tuple, str] = {}
@@ -136,7 +136,7 @@ def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, s
         files["adapter_config.json"] = json.dumps(peft_config, default=list, indent=2).encode()
     else:
         kind = "full"
-        state, aliases = _dedupe_tied(model.state_dict())
+        state, aliases = dedupe_tied(model.state_dict())
         files["model.safetensors"] = st_save(state)
         files["config.json"] = model.config.to_json_string().encode()
     if tokenizer is not None:

@@ -8,7 +8,7 @@ shared run config, starts it, and serves health and metrics until a signal.
 - :func:`serve_subagent`: one tool sub-agent (``mgrpo.services.subagent_worker``).
 - :func:`serve_trainer`: one model's trainer (``mgrpo.services.trainer``); under ``torchrun``
   with ``WORLD_SIZE`` > 1 one rank of a data-parallel trainer job: rank 0 is the service, the
-  other ranks follow it (``mgrpo.services.trainer_ranks``; FSDP2 or DDP:
+  other ranks follow it (``mgrpo.parallel.ranks``; FSDP2 or DDP:
   ``MGRPO_TRAINER_STRATEGY``). A model with ``trainable: false`` is frozen: it scores only.
 
 What this module does NOT do: parse command lines (``mgrpo.cli.serve``) or hold any service
@@ -83,19 +83,15 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
 
 
 def serve_trainer(settings: Settings, model: str) -> None:
+    from mgrpo.parallel.ranks import Ranks, world_size
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.process import serve_until_signal, setup_logging
     from mgrpo.services.trainer import TrainerService
-    from mgrpo.services.trainer_ranks import (
-        Ranks,
-        follower_model,
-        strategy_for,
-        world_size,
-    )
+    from mgrpo.services.trainer_ranks import follower_model, strategy_for, trainer_work
 
     ranks = None
     if world_size() > 1:
-        ranks = Ranks(settings.device)
+        ranks = Ranks(settings.device, trainer_work())
         settings = settings.model_copy(update={"device": ranks.device})
     if ranks is not None and ranks.rank > 0:
         setup_logging(settings, f"trainer-{model}-rank{ranks.rank}")

@@ -13,7 +13,7 @@ its part of each round, train with the library, checkpoint, publish, announce.
   retried after :data:`RETRY_S`.
 - Runs: before a round, the trainer switches to ITS run's newest recorded checkpoint,
   weights AND optimizer state (Adam moments, saved next to each checkpoint by
-  :mod:`mgrpo.services.optimizer_state`, vouched for by its manifest); a run without one
+  :mod:`mgrpo.parallel.optimizer_state`, vouched for by its manifest); a run without one
   starts from its ``init_from`` (another run's checkpoint, only when named) or the model's
   folder, with a fresh optimizer. Checkpoints go under the run's own root
   (``{checkpoint_uri}/{run_id}/{model}/v{version:06d}``) and the store keys them by run
@@ -47,7 +47,7 @@ its part of each round, train with the library, checkpoint, publish, announce.
   when every scored model has published.
 
 - Several devices: under ``torchrun`` (``MGRPO_TRAINER_NPROC`` > 1) this service is rank 0
-  of a data-parallel job (FSDP2 or DDP); :mod:`mgrpo.services.trainer_ranks` hooks in through
+  of a data-parallel job (FSDP2 or DDP); :mod:`mgrpo.parallel.ranks` hooks in through
   ``TrainedModel.ranks`` (loads, updates and checkpoint saves on every rank: the optimizer
   state sharded by DCP), nothing else changes.
 

@@ -10,8 +10,8 @@ which checkpoint is in the model, switching runs, writing a new version.
   (atomic, write-once), then the store record.
 
 What this module does NOT do: decide when to train or publish (``trainer_round``), serialize
-files (``mgrpo.models.checkpoint``, ``optimizer_state``, ``rank_checkpoint``), or run the
-other ranks of a torchrun job (``trainer_ranks``).
+files (``mgrpo.models.checkpoint``, ``mgrpo.parallel``), or run the other ranks of a
+torchrun job (``mgrpo.parallel.ranks``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
+from mgrpo.parallel.checkpoint import dcp_uri, load_optimizer  # a .optimizer.pt or DCP folder
+from mgrpo.parallel.optimizer_state import (
+    discard_optimizer_state,
+    optimizer_file_digest,
+    optimizer_state_digest,
+    save_optimizer_state,
+)
 from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
-from mgrpo.services.optimizer_state import save_optimizer_state
-from mgrpo.services.rank_checkpoint import load_optimizer  # a .optimizer.pt or a DCP folder
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
 
@@ -43,14 +48,14 @@ class TrainedModel:
     version: int = 0
     ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
     ref_key: tuple | None = None  # (run id, resolved path) ref_model was built for
-    ranks: object | None = None  # torchrun job (mgrpo.services.trainer_ranks.Ranks) or None
+    ranks: object | None = None  # torchrun job (mgrpo.parallel.ranks.Ranks) or None
 
 
 def put_state(lm: TrainedModel, lr: float, checkpoint: tuple[str, int] | None,
               source: str) -> bool:
     """A fresh Adam (``lr``) and the weights of the recorded ``checkpoint`` (uri, version)
     with its optimizer state, or, without one, of the folder ``source``. Returns whether Adam
-    moments were restored. Every rank of a torchrun trainer runs it (``trainer_ranks``)."""
+    moments were restored. Every rank of a torchrun trainer runs it (``mgrpo.parallel.ranks``)."""
     if lm.optimizer is not None:  # the same kind (Adam/AdamW, weight decay), no moments
         lm.optimizer = fresh_optimizer(lm.optimizer, lm.model, lr)
     if checkpoint is None:
@@ -146,7 +151,6 @@ class RunWeights:
         """Optimizer state, then the weights; a failed weights write removes the optimizer
         file it followed (nothing of a failed version stays on disk)."""
         from mgrpo.models.checkpoint import save_checkpoint, version_uri
-        from mgrpo.services.optimizer_state import discard_optimizer_state
 
         lm = self.lm
         if lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
@@ -169,8 +173,6 @@ class RunWeights:
         start). A failure is logged, never raised: the round is trained. Returns the removed
         versions."""
         from mgrpo.models.checkpoint import discard_version, version_uri
-        from mgrpo.services.optimizer_state import discard_optimizer_state
-        from mgrpo.services.rank_checkpoint import dcp_uri
 
         lm, root = self.lm, self.run_root(run_id)
         try:
@@ -207,7 +209,6 @@ class RunWeights:
             version_exists,
             version_uri,
         )
-        from mgrpo.services.optimizer_state import discard_optimizer_state
 
         lm = self.lm
         if not version_exists(root, lm.name, version) or \
@@ -234,7 +235,6 @@ class RunWeights:
 def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bool:
     """Whether the written version holds ``lm``'s weights and optimizer state and ``extra``."""
     from mgrpo.models.checkpoint import payload_digests
-    from mgrpo.services.optimizer_state import optimizer_file_digest, optimizer_state_digest
 
     written = dict(manifest.get("extra", {}))
     entry = written.pop("optimizer", None)

@@ -163,7 +163,7 @@ def update_model(lm, samples: list[Sample], cfg: RunConfig, round_index: int
     if lm.optimizer is None or not samples:
         return {}
     ranks = getattr(lm, "ranks", None)
-    if ranks is not None:  # a torchrun trainer (mgrpo.services.trainer_ranks): every rank
+    if ranks is not None:  # a torchrun trainer (mgrpo.parallel.ranks): every rank
         return ranks.update(lm, samples, cfg, round_index)
     return local_update(lm, samples, cfg, round_index)
 

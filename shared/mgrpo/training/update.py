@@ -15,7 +15,7 @@ pass); the rollout's own logprobs (``Trajectory.old_logprobs``) are kept to repo
 sampler/trainer mismatch per agent and, with ``loss.rollout_is``, to weight the loss by
 truncated pi_old / pi_rollout (:mod:`mgrpo.algo.rollout_correction`). With the KL in the
 loss the caller passes the frozen reference (:mod:`mgrpo.training.reference`).
-Data parallel (``shard=(rank, world)``, :mod:`mgrpo.training.distributed`): every rank has
+Data parallel (``shard=(rank, world)``, :mod:`mgrpo.parallel.ranks`): every rank has
 the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
 mini-batch, the model is a ``DistributedDataParallel`` whose all-reduce (an average) syncs the
 gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose reduce-scatter

@@ -76,13 +76,6 @@ def test_sandbox(tmp_path):
     assert result["local_sequential"] and result["http_sequential"]
 
 
-def test_ddp_update_one_rank(tmp_path):
-    # the script does the same for 1 and 2 ranks (the library's 2-rank path has its own
-    # tests); one worker less to start
-    run_bench("ddp_update.py", *RANKS, "--setups", "1", "--out", str(tmp_path / "r.json"))
-    assert list(read_json(tmp_path / "r.json")["median_update_s"]) == ["1"]
-
-
 def test_trainer_ranks_fsdp(tmp_path):
     run_bench("trainer_ranks.py", *RANKS, "--setups", "2-fsdp",
               "--out", str(tmp_path / "r.json"))

@@ -174,7 +174,7 @@ _REWRITER = textwrap.dedent("""
     # version, as a second run or a retried round used to do; hangs at the first write.
     import sys, time, torch
     import mgrpo.models.checkpoint as ck
-    import mgrpo.services.optimizer_state as opt
+    import mgrpo.parallel.optimizer_state as opt
     from mgrpo.models import load_model
     model, _ = load_model(sys.argv[1])
     for p in model.parameters():
@@ -213,7 +213,7 @@ def test_rewriting_a_recorded_version_is_refused_even_when_killed(tiny, tiny_dir
     unloadable or its optimizer state failing verification. Now nothing of v1 changes: the
     rewrite is refused before any byte is written; ``hang`` kills the writer if it gets to
     a rename (the old code did)."""
-    from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
+    from mgrpo.parallel.optimizer_state import load_optimizer_state, save_optimizer_state
 
     model, _ = tiny
     root = str(tmp_path / "ck")

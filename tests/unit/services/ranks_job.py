@@ -1,6 +1,6 @@
 """A job for ``test_services_trainer_ranks_protocol``, run as ``torchrun --nproc-per-node 2
 ranks_job.py TINY OUT STRATEGY ONE``: the trainer's rank protocol
-(``mgrpo.services.trainer_ranks``) without the services. Rank 0 plays the service: ``load``
+(``mgrpo.parallel.ranks``) without the services. Rank 0 plays the service: ``load``
 (the tiny folder), an ``update`` that fails on every rank before any collective (a KL
 reference folder that does not exist), ``load`` again (as the trainer does before a
 retry), a good ``update``, ``save`` (version 1 under ``OUT/ck``: optimizer shards by DCP,
@@ -67,24 +67,26 @@ def local_state(lm) -> dict:
 
 def main(tiny: str, out: str, how: str, one: str) -> None:
     from mgrpo.config import Settings
-    from mgrpo.services import rank_checkpoint, trainer_ranks
+    from mgrpo.parallel import checkpoint
+    from mgrpo.parallel import ranks as rank_protocol
+    from mgrpo.services.trainer_ranks import follower_model, trainer_work
     from mgrpo.training.rounds import update_model
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    trainer_ranks.HEARTBEAT_S = 0.2
-    ranks = trainer_ranks.Ranks("cpu")
+    rank_protocol.HEARTBEAT_S = 0.2
+    ranks = rank_protocol.Ranks("cpu", trainer_work())
     good = run_config(tiny)
-    lm = trainer_ranks.follower_model(Settings(), good, "planner")
+    lm = follower_model(Settings(), good, "planner")
     ranks.wrap(lm.model, how)
-    save = rank_checkpoint.save
+    save = checkpoint.save
 
     def save_and_record(lm, *args):  # what every rank held when it saved
         torch.save(local_state(lm), f"{out}/saved{ranks.rank}.pt")
         return save(lm, *args)
 
-    rank_checkpoint.save = save_and_record
-    put, loads = trainer_ranks.Ranks.put, []
+    checkpoint.save = save_and_record
+    put, loads = rank_protocol.Ranks.put, []
 
     def put_and_record(self, lm, lr, checkpoint, source):  # every rank, after each load
         moments = put(self, lm, lr, checkpoint, source)
@@ -92,7 +94,7 @@ def main(tiny: str, out: str, how: str, one: str) -> None:
         loads.append(moments)
         return moments
 
-    trainer_ranks.Ranks.put = put_and_record
+    rank_protocol.Ranks.put = put_and_record
     if ranks.rank > 0:
         ranks.follow(lm)
     else:

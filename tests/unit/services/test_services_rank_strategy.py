@@ -1,4 +1,4 @@
-"""How a trainer of N ranks splits its model (``mgrpo.services.rank_checkpoint.strategy``,
+"""How a trainer of N ranks splits its model (``mgrpo.parallel.sharding.strategy``,
 ``MGRPO_TRAINER_STRATEGY``): FSDP2 unless told otherwise, DDP for a LoRA model, and a typo
 or an unsupported pair refused in one line (by the settings, and by the function itself for
 callers that bypass them)."""
@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from mgrpo.config import Settings
-from mgrpo.services.rank_checkpoint import strategy
+from mgrpo.parallel.sharding import strategy
 
 
 def test_defaults_and_choices():

@@ -1,4 +1,4 @@
-"""The trainer's rank protocol (``mgrpo.services.trainer_ranks``) as a 2-rank ``torchrun``
+"""The trainer's rank protocol (``mgrpo.parallel.ranks``) as a 2-rank ``torchrun``
 job on CPU gloo, without the services (``ranks_job.py``), with FSDP2 (the default) and DDP.
 
 An update that fails on every rank (a missing KL reference folder) leaves the job alive
@@ -61,8 +61,8 @@ def test_failed_update_then_good_update_save_reload_stop(tmp_path, how):
     from services_testkit import make_tiny
 
     from mgrpo.models.checkpoint import save_checkpoint, version_uri
+    from mgrpo.parallel.optimizer_state import save_optimizer_state
     from mgrpo.services.context import load_engine
-    from mgrpo.services.optimizer_state import save_optimizer_state
     from mgrpo.services.trainer import TrainedModel, put_state
     from mgrpo.training.rounds import update_model
 

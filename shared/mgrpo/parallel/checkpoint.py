@@ -1,28 +1,26 @@
-"""Sharding, loading and checkpointing of one model across the ranks of a torchrun trainer
-(the rank protocol is :mod:`mgrpo.services.trainer_ranks`).
+"""The one checkpoint format of a trainer, at any world size: the single-process trainer's
+Hugging Face folder (``mgrpo.models.checkpoint``: safetensors, tied weights saved once,
+manifest with sha256) plus the optimizer state the manifest names and vouches for with a
+digest. A job of N ranks writes that state with ``torch.distributed.checkpoint`` (DCP); one
+process writes ``.optimizer.pt`` (:mod:`mgrpo.parallel.optimizer_state`). :func:`load_optimizer`
+is the one loader: it reads either into a model on any number of ranks, one included.
 
-- **Strategy** (``MGRPO_TRAINER_STRATEGY``): ``fsdp`` (default) shards every decoder layer
-  and the root with FSDP2 (``torch.distributed.fsdp.fully_shard``): each rank holds 1/N of
-  the parameters, gradients and Adam moments. It runs on gloo (CPU) with this torch, tested.
-  ``ddp`` keeps a whole replica per rank (``DistributedDataParallel``): chosen by hand, and
-  used for a LoRA model (its trainable adapter is tiny; FSDP2 over peft's frozen base is not
-  tested here), whose ``fsdp`` is refused with a one-line error.
-- **Loading** (every rank, same files: the checkpoint store is shared): a fresh Adam, the
-  full weights of the checkpoint or the initial folder (``set_model_state_dict`` with
-  ``full_state_dict``: each rank keeps its shard), and the optimizer state the manifest
-  names: a DCP folder (below), loaded sharded (``dcp.load`` + ``set_optimizer_state_dict``:
-  any number of ranks, 1 included), or the single-process trainer's ``.optimizer.pt``.
-- **Saving** (collective): the optimizer state with ``torch.distributed.checkpoint`` (DCP),
-  each rank writing its shard into a temp folder that rank 0 renames to
-  ``v{version:06d}.optim-dcp`` beside the version folder; then the full weights gathered
-  (``get_model_state_dict``, ``full_state_dict`` + ``cpu_offload``) and written by rank 0
-  as the single-process trainer's Hugging Face folder (``mgrpo.models.checkpoint``:
-  safetensors, tied weights saved once, manifest with sha256). The manifest names the DCP
-  folder with a sha256 over its files (:func:`tree_digest`), so a recorded checkpoint vouches
-  for its optimizer shards as it does for the ``.optimizer.pt`` of a single process.
+- **Loading** (every rank, same files: the checkpoint store is shared): the full weights of
+  the checkpoint or the initial folder (``set_model_state_dict`` with ``full_state_dict``:
+  each rank keeps its shard), and the optimizer state the manifest names: a DCP folder,
+  checked against its digest and loaded sharded (``dcp.load`` + ``set_optimizer_state_dict``:
+  any number of ranks, 1 included), or the single-process ``.optimizer.pt``.
+- **Saving** (collective): the optimizer state with DCP, each rank writing its shard into a
+  temp folder that rank 0 renames to ``v{version:06d}.optim-dcp`` beside the version folder;
+  then the full weights gathered (``get_model_state_dict``, ``full_state_dict`` +
+  ``cpu_offload``) and written by rank 0 as the single-process trainer's folder. The manifest
+  names the DCP folder with a sha256 over its files (:func:`tree_digest`), so a recorded
+  checkpoint vouches for its optimizer shards as it does for the ``.optimizer.pt`` of a
+  single process.
 
-What this module does NOT do: decide when to load or save (the trainer service), or talk to
-the other ranks about it (``trainer_ranks`` sends the commands).
+What this module does NOT do: decide when to load or save (the trainer service), talk to the
+other ranks about it (:mod:`mgrpo.parallel.ranks` sends the commands), or shard a model
+(:mod:`mgrpo.parallel.sharding`).
 """
 
 from __future__ import annotations
@@ -35,55 +33,12 @@ import uuid
 import fsspec
 import torch
 
-STRATEGIES = ("fsdp", "ddp")
+from mgrpo.models import checkpoint as folders
+from mgrpo.models.loading import folder_weights
+from mgrpo.parallel.optimizer_state import OptimizerStateError, load_optimizer_state
+from mgrpo.parallel.sharding import is_sharded
+
 DCP_SUFFIX = ".optim-dcp"
-
-
-def strategy(explicit: str | None, lora: bool) -> str:
-    """``MGRPO_TRAINER_STRATEGY`` (``explicit``; unset: ``fsdp``, or ``ddp`` for LoRA)."""
-    if explicit is None:
-        return "ddp" if lora else "fsdp"
-    if explicit not in STRATEGIES:
-        raise ValueError(f"MGRPO_TRAINER_STRATEGY={explicit!r} is not one of "
-                         f"{', '.join(STRATEGIES)}")
-    if explicit == "fsdp" and lora:
-        raise ValueError("MGRPO_TRAINER_STRATEGY=fsdp with a LoRA model is not supported; "
-                         "use ddp (the default for LoRA)")
-    return explicit
-
-
-def tied_aliases(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
-    """The plain model's state-dict keys in order and its tied keys ({dropped: kept}), read
-    BEFORE sharding (a gathered full state dict holds tied weights as separate copies)."""
-    from mgrpo.models.checkpoint import _dedupe_tied
-
-    state = model.state_dict()
-    return list(state), _dedupe_tied(state)[1]
-
-
-def shard(model: torch.nn.Module, how: str, device: str) -> torch.nn.Module:
-    """FSDP2 in place (returns ``model``) or a DDP wrapper; collective."""
-    if how == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [torch.device(device).index] if device.startswith("cuda") else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import fully_shard
-
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__} has no .model.layers to shard with FSDP2; "
-                         "use MGRPO_TRAINER_STRATEGY=ddp")
-    for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
-    return model
-
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
 
 
 def dcp_uri(version_uri: str) -> str:
@@ -117,14 +72,11 @@ def _storage(uri: str, write: bool):
 def load_weights(lm, checkpoint: tuple[str, int] | None, source: str,
                  tied: tuple[list[str], dict[str, str]]) -> None:
     """The checkpoint's (or the folder ``source``'s) full weights into a sharded model
-    (``tied``: :func:`tied_aliases` of the plain model)."""
+    (``tied``: :func:`mgrpo.parallel.sharding.tied_aliases` of the plain model)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from mgrpo.models.checkpoint import read_checkpoint_dir
-    from mgrpo.models.loading import folder_weights
-
     where = checkpoint[0] if checkpoint is not None else folder_weights(source)
-    state = read_checkpoint_dir(where)[0] if isinstance(where, str) else where
+    state = folders.read_checkpoint_dir(where)[0] if isinstance(where, str) else where
     order, aliases = tied
     missing = set(aliases) - set(state)
     unknown = set(state) - set(order)
@@ -140,9 +92,8 @@ def load_weights(lm, checkpoint: tuple[str, int] | None, source: str,
 
 def optimizer_entry(version_uri: str) -> dict | None:
     """The manifest's ``extra.optimizer`` of a checkpoint (None: saved without one)."""
-    from mgrpo.models.checkpoint import MANIFEST
 
-    with fsspec.open(f"{version_uri.rstrip('/')}/{MANIFEST}", "rb") as handle:
+    with fsspec.open(f"{version_uri.rstrip('/')}/{folders.MANIFEST}", "rb") as handle:
         return json.loads(handle.read()).get("extra", {}).get("optimizer") or None
 
 
@@ -155,8 +106,6 @@ def load_dcp_optimizer(model, optimizer, version_uri: str, entry: dict) -> None:
         get_optimizer_state_dict,
         set_optimizer_state_dict,
     )
-
-    from mgrpo.services.optimizer_state import OptimizerStateError
 
     uri = dcp_uri(version_uri)
     fs, path = fsspec.core.url_to_fs(uri)
@@ -185,8 +134,6 @@ def load_full_optimizer(model, optimizer, version_uri: str) -> bool:
     into a sharded model's ``optimizer`` (a run that resumes with more ranks)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    from mgrpo.services.optimizer_state import load_optimizer_state
-
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     shadow = torch.optim.Adam([torch.nn.Parameter(torch.zeros(0)) for _ in names])
     if not load_optimizer_state(shadow, version_uri):  # sha256 checked there
@@ -210,8 +157,6 @@ def load_optimizer(model, optimizer, version_uri: str) -> bool:
         return True
     if is_sharded(model):
         return load_full_optimizer(model, optimizer, version_uri)
-    from mgrpo.services.optimizer_state import load_optimizer_state
-
     return load_optimizer_state(optimizer, version_uri)
 
 
@@ -238,10 +183,7 @@ def save(lm, root: str, version: int, tmp_name: str, extra: dict | None,
         get_optimizer_state_dict,
     )
 
-    from mgrpo.models.checkpoint import save_checkpoint, version_uri
-    from mgrpo.services.optimizer_state import OptimizerStateError
-
-    final = version_uri(root, lm.name, version)
+    final = folders.version_uri(root, lm.name, version)
     fs, final_path = fsspec.core.url_to_fs(final)
     if fs.exists(final_path):  # every rank sees it (shared store): all raise, no collective
         raise OptimizerStateError(f"{final} exists already: its optimizer state is never "
@@ -269,8 +211,8 @@ def save(lm, root: str, version: int, tmp_name: str, extra: dict | None,
         state = {k: state[k] for k in order if k in state}
         state.update({k: state[v] for k, v in aliases.items() if v in state})
         model = _Gathered(state, lm.model.config)
-    return save_checkpoint(model, root, lm.name, version, tokenizer=lm.tokenizer,
-                           extra={**(extra or {}), "optimizer": entry})
+    return folders.save_checkpoint(model, root, lm.name, version, tokenizer=lm.tokenizer,
+                                   extra={**(extra or {}), "optimizer": entry})
 
 
 def temp_name(version: int) -> str:

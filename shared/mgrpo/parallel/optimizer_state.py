@@ -15,7 +15,7 @@ by an atomic rename. Temp files of killed writers (``*.optimizer.pt.tmp-*``) are
 :func:`mgrpo.models.checkpoint.clean_leftovers`.
 
 What this module does NOT do: save weights (``mgrpo.models.checkpoint``), the sharded state of
-a trainer of several ranks (a DCP folder: ``mgrpo.services.rank_checkpoint``), garbage-collect
+a trainer of several ranks (a DCP folder: ``mgrpo.parallel.checkpoint``), garbage-collect
 old files, or guess: a manifest that names an optimizer file which is missing or corrupted raises
 :class:`OptimizerStateError` instead of silently restarting Adam.
 """
