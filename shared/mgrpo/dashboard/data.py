@@ -2,8 +2,9 @@
 
 The page (``/ui``) polls small JSON documents built here; the API routes only call these
 functions, so the same data serves the planner service (PostgreSQL) and ``mgrpo ui RUN_DIR``
-(the run's SQLite store). Curves are grouped server side by metric suffix
-(:data:`CHARTS`, keys from docs/metrics.md), one line per agent or model.
+(the run's SQLite store). A run's stored config is parsed once (:func:`stored_run_config`)
+and read as a :class:`~mgrpo.training.config.RunConfig`. Curves are grouped server side by
+metric suffix (:data:`CHARTS`, keys from docs/metrics.md), one line per agent or model.
 
 What this module does NOT do: decode trajectories into text (``mgrpo.dashboard.trace``) or
 write anything.
@@ -19,7 +20,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES
+from mgrpo.training.config import RunConfig
+from mgrpo.training.round_spec import RoundSpec
 
 # (chart title, metric-key suffixes, exact keys or prefixes ending in "*"): every key of a
 # run whose name ends with "/<suffix>" (or equals an exact key, or starts with a prefix)
@@ -55,6 +60,19 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def stored_run_config(run) -> RunConfig | None:
+    """The run config a stored run (a ``RunRecord``) was created with; None for no run, a
+    run stored without one, or one this library cannot read (the page shows the run without
+    it rather than failing)."""
+    if run is None or not run.config:
+        return None
+    try:
+        spec = RoundSpec.from_stored(run.config)
+    except ValidationError:
+        return None
+    return spec.run if spec is not None else None
+
+
 def list_runs(store, run_dir: Path | None = None) -> list[dict]:
     """Runs with their round counts, rounds done of those their stages plan, the newest
     round's status and the run's status (:func:`run_status`). ``run_dir``: the embedded run
@@ -64,7 +82,7 @@ def list_runs(store, run_dir: Path | None = None) -> list[dict]:
     for run in store.list_runs():
         mine = [r for r in rounds if r.run_id == run.run_id]
         done = sum(r.status == "done" for r in mine)
-        planned = planned_rounds(run.config or {})
+        planned = planned_rounds(stored_run_config(run))
         out.append({"run_id": run.run_id, "status": run_status(mine, planned, run_dir),
                     "created_at": _iso(run.created_at), "rounds": len(mine),
                     "rounds_done": done, "rounds_planned": planned,
@@ -76,11 +94,9 @@ def run_summary(store, run_id: str, run_dir: Path | None = None) -> dict:
     """What a run is, for the page's header: algorithm, K, B, agents and models (paths),
     rounds done of planned, status, and an embedded run's held-out accuracy before the first
     round and after the last (its ``eval_before.json``/``eval_after.json``)."""
-    run = store.get_run(run_id)
-    config = (run.config if run is not None else None) or {}
+    cfg = stored_run_config(store.get_run(run_id))
     rounds = store.list_rounds(run_id)
-    planned = planned_rounds(config)
-    models = config.get("models") or {}
+    planned = planned_rounds(cfg)
     evaluation = {}
     for tag in ("before", "after"):
         path = run_dir / f"eval_{tag}.json" if run_dir is not None else None
@@ -92,20 +108,17 @@ def run_summary(store, run_id: str, run_dir: Path | None = None) -> dict:
             evaluation[tag] = {k: v for k, v in values.items()
                                if k in ("eval/greedy/accuracy", "eval/sampled/accuracy")}
     return {"run_id": run_id, "status": run_status(rounds, planned, run_dir),
-            "algorithm": config.get("algorithm"), "k": config.get("k"),
-            "queries_per_round": config.get("queries_per_round"),
-            "agents": config.get("agents") or {},
-            "models": {name: (spec or {}).get("path") for name, spec in models.items()},
+            "algorithm": cfg.algorithm if cfg else None, "k": cfg.k if cfg else None,
+            "queries_per_round": cfg.queries_per_round if cfg else None,
+            "agents": dict(cfg.agents) if cfg else {},
+            "models": {name: m.path for name, m in cfg.models.items()} if cfg else {},
             "rounds_done": sum(r.status == "done" for r in rounds),
             "rounds_planned": planned, "eval": evaluation}
 
 
-def planned_rounds(config: dict) -> int | None:
-    """The rounds a run config's stages plan (None: no stages recorded)."""
-    stages = config.get("stages")
-    if not isinstance(stages, list):
-        return None
-    return sum(int(s.get("rounds", 0)) for s in stages if isinstance(s, dict))
+def planned_rounds(cfg: RunConfig | None) -> int | None:
+    """The rounds a run config's stages plan (None: no run config recorded)."""
+    return sum(stage.rounds for stage in cfg.stages) if cfg is not None else None
 
 
 def run_status(rounds: list, planned: int | None, run_dir: Path | None = None) -> str:
@@ -184,13 +197,11 @@ def run_warnings(store, run_id: str, stalled_after_s: float = STALLED_AFTER_S) -
     that has made no progress for ``stalled_after_s`` (``store.stalled_seconds``)."""
     from mgrpo.training.watch import RunWatch
 
-    run = store.get_run(run_id)
-    config = (run.config if run is not None else None) or {}
-    agents = config.get("agents") or {"planner": "planner", "searcher": "searcher",
-                                      "coder": "coder"}
-    models = config.get("models") or {}
+    cfg = stored_run_config(store.get_run(run_id))
+    agents = dict(cfg.agents) if cfg else {"planner": "planner", "searcher": "searcher",
+                                           "coder": "coder"}
     trained = [m for m in dict.fromkeys(agents.values())
-               if (models.get(m) or {}).get("trainable", True)]
+               if cfg is None or m not in cfg.models or cfg.models[m].trainable]
     watch = RunWatch(dict(agents), trained)
     index = {r.round_id: r.index for r in store.list_rounds(run_id)}
     by_round: dict[int, dict[str, float]] = {}
@@ -236,9 +247,8 @@ def run_metrics(store, run_id: str, csv_path: Path | None = None) -> dict:
             charts[title].setdefault(key, []).append([step, value])
     # Every agent of the run in the reward chart: one that never had a sample (a sub-agent
     # the planner never calls) is a line of no points, marked, not a silent absence.
-    run = store.get_run(run_id)
-    agents = ((run.config if run is not None else None) or {}).get("agents") or {}
-    for role in agents:
+    cfg = stored_run_config(store.get_run(run_id))
+    for role in cfg.agents if cfg else {}:
         if f"{role}/reward_mean" not in charts["reward"]:
             charts["reward"][f"{role}/reward_mean (no samples)"] = []
     return {"run_id": run_id, "rounds": sorted(by_round), "charts": charts,

@@ -62,3 +62,30 @@ def test_a_running_round_shows_its_outcomes_so_far(tmp_path):
                            "format_valid": 0.5}
     store.set_round_status("live-r0000", "done")
     assert run_rounds(store, "live")[0]["live"] is None
+
+
+def test_a_runs_config_is_read_typed_once(tmp_path):
+    """The header and the planned rounds come from the stored config parsed as a RunConfig;
+    a run stored without one, or with one that does not validate, shows without it."""
+    from mgrpo.dashboard.data import list_runs, run_summary
+    from mgrpo.store import Store
+    from mgrpo.training.config import ModelConfig, RunConfig
+
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.upgrade()
+    cfg = RunConfig(models={"planner": ModelConfig(path="p0"), "searcher": ModelConfig(
+        path="s0"), "coder": ModelConfig(path="c0")}, k=4, queries_per_round=3,
+        stages=[{"stage": 1, "rounds": 2}, {"stage": 2, "rounds": 5}])
+    store.create_run("typed", "typed", cfg.model_dump(mode="json"))
+    store.create_run("bare", "bare", {})
+    store.create_run("odd", "odd", {"models": {"planner": {"path": "p", "typo": 1}}})
+    summary = run_summary(store, "typed")
+    assert (summary["algorithm"], summary["k"], summary["queries_per_round"]) == ("mgrpo", 4, 3)
+    assert summary["models"] == {"planner": "p0", "searcher": "s0", "coder": "c0"}
+    assert summary["agents"] == dict(cfg.agents) and summary["rounds_planned"] == 7
+    for run_id in ("bare", "odd"):
+        summary = run_summary(store, run_id)
+        assert (summary["algorithm"], summary["models"], summary["rounds_planned"]) == \
+            (None, {}, None)
+    planned = {r["run_id"]: r["rounds_planned"] for r in list_runs(store)}
+    assert planned == {"typed": 7, "bare": None, "odd": None}

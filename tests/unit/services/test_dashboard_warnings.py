@@ -59,7 +59,8 @@ def test_runs_say_their_true_status(store, tmp_path):
     from mgrpo.dashboard.data import list_runs
     from mgrpo.training.run_lock import LOCK_FILE
 
-    config = {"stages": [{"stage": 1, "rounds": 2}]}
+    config = RunConfig(models={m: ModelConfig(path="-") for m in MODELS},
+                       stages=[{"stage": 1, "rounds": 2}]).model_dump(mode="json")
     for run_id, statuses in (("finished", ["done", "done"]), ("live", ["done", "running"]),
                              ("stopped", ["done"])):
         store.create_run(run_id, run_id, config)
