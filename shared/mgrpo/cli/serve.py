@@ -93,8 +93,8 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
     With MGRPO_TRAINER_NPROC > 1 (outside torchrun): as a torchrun job of that many ranks."""
     import os
 
-    from mgrpo.services.entrypoints import serve_trainer
     from mgrpo.parallel.ranks import torchrun_argv
+    from mgrpo.services.entrypoints import serve_trainer
 
     settings = _settings()
     if settings.trainer_nproc > 1 and "WORLD_SIZE" not in os.environ:

@@ -281,7 +281,7 @@ def test_adaptive_kl_coef_travels_with_the_trainer_services_optimizer_file(tmp_p
     from types import SimpleNamespace
 
     from mgrpo.models.checkpoint import save_checkpoint
-    from mgrpo.services.optimizer_state import load_optimizer_state, save_optimizer_state
+    from mgrpo.parallel.optimizer_state import load_optimizer_state, save_optimizer_state
     from mgrpo.training.precision import fresh_optimizer
     from mgrpo.training.reference import current_kl_coef, update_kl_coef
 
