@@ -8,6 +8,10 @@ this process's view: True only while the last successful renewal is younger than
 ``ttl_s`` minus one renewal period, so a process that cannot reach the store stops counting
 itself the holder before another one can take the lease over.
 
+:meth:`standby_reason` says why this process is not the active one (None while it is),
+naming the current holder: the trainer's ``/readyz`` reports it, since a standby cannot
+progress a round.
+
 What this module does NOT do: stop the work itself (the trainer checks :meth:`held`).
 """
 
@@ -36,6 +40,24 @@ class LeaseKeeper:
     def held(self) -> bool:
         renewed = self._renewed_at
         return renewed is not None and time.monotonic() - renewed < self.ttl_s - self.period_s
+
+    def standby_reason(self) -> str | None:
+        """None while this process holds the lease; else one line: who holds it and until
+        when (read from the store), or that nobody does yet."""
+        if self.held():
+            return None
+        try:
+            current = self.store.get_lease(self.name)
+        except Exception as error:  # noqa: BLE001 - the store's own check reports it
+            return f"standby: lease {self.name} not held ({type(error).__name__})"
+        if current is None:
+            return (f"standby: lease {self.name} not taken yet (next try within "
+                    f"{self.period_s:.0f} s)")
+        if current.holder == self.holder:
+            return f"standby: lease {self.name} not renewed in time (its renewals fail)"
+        return (f"standby: lease {self.name} held by {current.holder} until "
+                f"{current.expires_at.isoformat()}; this trainer takes over when it is "
+                "released or expires")
 
     def try_once(self) -> bool:
         """One take-or-renew try; logs the transitions. Returns :meth:`held` afterwards."""

@@ -168,10 +168,12 @@ class TrainerService(RunWeights, RoundTraining):
 
     def not_ready(self) -> list[str]:
         """Why this trainer cannot finish a round now (its ``/readyz``): its store is
-        unreachable, or its last checkpoint write found the disk full."""
+        unreachable, its last checkpoint write found the disk full, or it is a standby (it
+        does not hold the lease ``trainer:<model>``; :meth:`LeaseKeeper.standby_reason`)."""
         from mgrpo.services.dependencies import store_problem
 
-        return [p for p in (store_problem(self.store), self.checkpoint_problem) if p]
+        standby = self.lease.standby_reason() if self._leased else None
+        return [p for p in (store_problem(self.store), self.checkpoint_problem, standby) if p]
 
     def stop(self) -> None:
         self._stop.set()

@@ -47,10 +47,18 @@ def test_second_trainer_waits_then_takes_over_after_the_first_dies(deployment):
     assert gauge(services, "trainer-planner-b", "mgrpo_trainer_lease_held") == 0
     assert gauge(services, "trainer-planner-a", "mgrpo_trainer_lease_held") == 1
     assert holder_pid(store) == first.pid
+    ready = httpx.get(f"http://127.0.0.1:{services.ports['trainer-planner-b']}/readyz",
+                      timeout=30)
+    assert ready.status_code == 503, ready.text  # a standby takes no work
+    assert any(p.startswith("standby: lease trainer:planner held by ")
+               for p in ready.json()["problems"]), ready.text
 
     services.kill("trainer-planner-a")  # SIGKILL: no release, the lease must expire
     assert wait_for(lambda: holder_pid(store) == second.pid, 60)
     assert "lease trainer:planner taken by" in services.log("trainer-planner-b")
+    readyz = f"http://127.0.0.1:{services.ports['trainer-planner-b']}/readyz"
+    assert wait_for(lambda: httpx.get(readyz, timeout=30).status_code == 200, 60), \
+        httpx.get(readyz, timeout=30).text  # once it consumes as the active one
     _, _, bus2, record2 = run_round(env, store)
     rid2 = record2.round_id
     assert wait_for(lambda: store.get_round(rid2).status == "done"), \
