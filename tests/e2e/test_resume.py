@@ -116,7 +116,7 @@ def test_sigkill_then_resume_matches(setup, uninterrupted, tmp_path):
     config_file = tmp_path / "cfg.yaml"
     # sort_keys=False: the agents' order is the order of the planner's agent cards (its prompt)
     config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    code = ("import sys; from mgrpo.training.config import load_run_config; "
+    code = ("import sys; from mgrpo.training.config_files import load_run_config; "
             "from mgrpo.training.loop import run_training; "
             "run_training(load_run_config(sys.argv[1]), progress=False)")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -20,8 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "shared"
 SHELLS = ROOT / "services"
 ALGO_ALLOWED = {"torch", "numpy", "pydantic", "__future__"}
-# room -> the rooms above it, which it never imports (docs/architecture.md)
-ABOVE = {"mgrpo.parallel": ("mgrpo.training", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard")}
+# room (or module) -> the rooms and modules above it, which it never imports
+# (docs/architecture.md)
+ABOVE = {
+    "mgrpo.parallel": ("mgrpo.training", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
+    # config text < the run config < the demo's config < which file is which kind
+    "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.demo",
+                                   "mgrpo.training.config_files"),
+    "mgrpo.training.config": ("mgrpo.training.demo", "mgrpo.training.config_files"),
+    "mgrpo.training.demo": ("mgrpo.training.config_files",),
+}
 
 
 def module_name(path: Path, base: Path) -> str:

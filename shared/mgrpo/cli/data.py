@@ -155,7 +155,7 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
     from mgrpo.config import Settings
     from mgrpo.envs import load_benchmark
     from mgrpo.services.context import load_engine
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
     from mgrpo.training.transcripts import write_transcripts
 
     cfg = load_run_config(config)

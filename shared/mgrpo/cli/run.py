@@ -41,8 +41,8 @@ def _with_rounds(cfg, rounds: int | None):
 
 
 def _rounds_for_steps(cfg, steps: int) -> int:
-    """``--steps N`` as rounds (``config_files.rounds_for_steps``); a refusal in one line."""
-    from mgrpo.training.config_files import rounds_for_steps
+    """``--steps N`` as rounds (``config_yaml.rounds_for_steps``); a refusal in one line."""
+    from mgrpo.training.config_yaml import rounds_for_steps
 
     per_round = {m: cfg.models[m].mini_batches * cfg.models[m].ppo_epochs
                  for m in cfg.trained_models()}
@@ -108,7 +108,7 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     """Train a multi-agent system in embedded mode per a YAML run config. A non-empty
     out_dir is refused unless --resume (continue it) or --overwrite (replace it). One log
     line per round on stderr; a progress bar as well on a terminal."""
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import pin
     from mgrpo.training.plots import plot_run
@@ -150,7 +150,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     answer, and the CPU kernels and threads used (the config's cpu_kernels, cpu_threads),
     as JSON. With --bench-seed, the same numbers on another seed's benchmark beside."""
     from mgrpo.cli.errors import UserError
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
     from mgrpo.training.heldout import other_seed_benchmark, parse_stage
     from mgrpo.training.numerics import pin
 

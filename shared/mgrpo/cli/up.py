@@ -36,7 +36,7 @@ STOP_TIMEOUT_S = 10.0  # each service stops in order in < 1 s; then SIGKILL the 
 def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[str]]]:
     """(name, argv after ``mgrpo``) of every service the run config needs."""
     from mgrpo.tools import ROLE_TOOLS
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
 
     cfg = load_run_config(config_path)
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
@@ -64,7 +64,7 @@ def _port_taken(port: int) -> bool:
 
 def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     """Raise :class:`UserError` naming every problem found before any process starts."""
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
 
     cfg = load_run_config(config_path)  # a typo fails here, in one line
     problems = []

@@ -23,7 +23,8 @@ from typing import Any
 from mgrpo.bus.names import PLANNER_QUEUE, PLANNER_REPLY_QUEUE, subagent_queue, trainer_queue
 from mgrpo.config import Settings
 from mgrpo.models.loading import folder_weights
-from mgrpo.training.config import ModelConfig, RunConfig, load_run_config
+from mgrpo.training.config import ModelConfig, RunConfig
+from mgrpo.training.config_files import load_run_config
 from mgrpo.training.round_spec import RoundSpec
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """The run configuration: one YAML file, every option documented here.
 
-``mgrpo train --config FILE`` reads it; ``mgrpo.training.config.load_run_config`` validates it
-and rejects bad combinations with a message that names the value, the rule and the fix.
+``mgrpo train --config FILE`` reads it (``mgrpo.training.config_files.load_run_config``);
+:class:`RunConfig` validates it and rejects bad combinations with a message that names the
+value, the rule and the fix.
 Process settings (URLs, tokens, devices) are not here: see ``mgrpo.config.Settings``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -548,25 +548,6 @@ def check_plugin_specs(cfg: RunConfig) -> None:
     check_verifier(cfg.verifier)
     for role, judge in cfg.judges.items():
         check_judge_kind(judge.kind, f"judges.{role}.kind")
-
-
-def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
-    """Read a YAML run config; ``overrides`` (dotted keys) win over the file. Relative paths
-    in the file are relative to its folder (those in ``overrides`` to the current one). A
-    syntax error names the file; a demo config is refused as one (``mgrpo demo`` takes it)."""
-    from pydantic import ValidationError
-
-    from mgrpo.training.config_files import read_yaml, resolve_paths, wrong_kind
-
-    data = read_yaml(path)
-    if wrong_kind(path, data, "run") is None:
-        resolve_paths(data, path)
-    try:
-        return RunConfig.model_validate(apply_overrides(data, overrides or {}))
-    except ValidationError:
-        if (error := wrong_kind(path, data, "run")) is not None:
-            raise error from None
-        raise
 
 
 def apply_overrides(data: dict, overrides: dict) -> dict:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, model_validator
 
+from mgrpo.training.config_yaml import map_paths
 from mgrpo.validation import StrictModel
 
 
@@ -260,7 +261,6 @@ def table(before: dict, after: dict) -> str:
 
 def run_demo(cfg: DemoConfig, log_every: int = 1) -> dict:
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.config_files import map_paths
     from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import describe

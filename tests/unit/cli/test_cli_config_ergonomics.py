@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from mgrpo.cli.main import app
 from mgrpo.cli.run import _parse_overrides, _with_rounds
 from mgrpo.training import aliases
-from mgrpo.training.config import load_run_config
 from mgrpo.training.config_files import (
     ConfigFileError,
     check_file,
+    load_run_config,
     rounds_for_steps,
     with_rounds,
 )

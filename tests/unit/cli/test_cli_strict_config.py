@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mgrpo.cli.main import app
 from mgrpo.services.api.schemas import RoundIn
-from mgrpo.training.config import load_run_config
+from mgrpo.training.config_files import load_run_config
 from mgrpo.training.demo import DemoConfig
 from mgrpo.validation import one_line
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mgrpo.training.config import RunConfig, load_run_config
+from mgrpo.training.config import RunConfig
+from mgrpo.training.config_files import load_run_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXPECTED = {"embedded.yaml": "mgrpo", "distributed.yaml": "mgrpo", "at_grpo.yaml": "at_grpo",
