@@ -55,14 +55,16 @@ def test_the_expert_passes_every_hidden_test_in_one_team_turn(world):
         assert "hidden" not in world.observe(state, "coder")
 
 
-def test_tester_reward_is_the_fraction_of_its_tests_the_reference_passes(world):
+def test_tester_reward_is_the_fraction_of_its_tests_that_hold_and_tell_something(world):
     state = world.reset(double_task())
     turn = world.act(state, "tester", "```python\nassert double(2) == 4\nassert double(1) == 3\n"
                      "assert True\ndef test_more():\n    assert double(0) == 0\n"
-                     "    assert double(5) == 10\n```")
+                     "    assert double(5) == 10\nassert double(3) == double(3)\n```")
     assert state.data["tests"] == ["assert double(2) == 4", "assert double(1) == 3",
-                                   "assert double(0) == 0", "assert double(5) == 10"]
-    assert turn.reward == 0.75 and turn.feedback == "read 4 tests"
+                                   "assert double(0) == 0", "assert double(5) == 10",
+                                   "assert double(3) == double(3)"]
+    # 1 is wrong for the reference; the last holds for any function: 3 of 5
+    assert turn.reward == 0.6 and turn.feedback == "read 5 tests"
 
 
 def test_coder_reward_is_its_pass_rate_on_the_testers_tests_and_the_team_reward_hidden(world):

@@ -12,8 +12,9 @@ episode ends when the hidden tests all pass or after ``max_turns``.
 Rewards, each in [0, 1]:
 - team: the fraction of the hidden tests the coder's latest code passes (1.0 all; 0.0 before
   any code).
-- ``tester``: the fraction of its tests that hold for the reference solution (0.0 if none
-  could be read).
+- ``tester``: the fraction of its tests that hold for the reference solution and fail for
+  a function that returns None (so ``assert f(1) == f(1)`` earns nothing); 0.0 if none could
+  be read.
 - ``coder``: the fraction of the tester's current tests its code passes; 0.2 if it defines
   the function and the tester gave no tests; 0.0 if the code fails before defining it.
 
@@ -193,11 +194,17 @@ class CoderTesterWorld:
         state.data["tests"] = tests
         if not tests:
             return 0.0, note
-        report, error = self._run(state.task.solution["reference"], tests, name)
+        # each test against the reference, then against a function returning None (rebound
+        # in that test's own copy of the namespace): one sandbox call
+        null = f"def {name}(*args, **kwargs):\n    return None\n"
+        report, error = self._run(state.task.solution["reference"],
+                                  tests + [null + t for t in tests], name)
         if report is None:  # the reference always runs: the tests themselves hung or broke
             return 0.0, f"the tests could not run: {error}"
-        correct = sum(1 for r in report["results"] if r == "")
-        return round(correct / len(tests), 4), f"read {len(tests)} tests"
+        results = report["results"]
+        useful = sum(1 for ref, void in zip(results[:len(tests)], results[len(tests):],
+                                            strict=True) if ref == "" and void != "")
+        return round(useful / len(tests), 4), f"read {len(tests)} tests"
 
     def _coder(self, state: WorldState, action: str) -> tuple[float, str]:
         name = state.task.data["function"]
