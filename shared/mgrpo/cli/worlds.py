@@ -2,8 +2,9 @@
 and their scripted experts.
 
 ``list`` prints one line per world: its name, its roles in turn order and its team-turn
-limit. ``expert`` plays the scripted expert on a split and prints its solve rate (one JSON
-line); worlds with a tool run its code in the in-process sandbox.
+limit (built with its default options; a world that cannot be built so says why).
+``expert`` plays the scripted expert on a split and prints its solve rate (one JSON line);
+worlds with a tool run its code in the in-process sandbox.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ def list_worlds() -> None:
     from mgrpo.envs.worlds import build_world, world_names
 
     for name in world_names():
-        world = build_world(name)
+        try:
+            world = build_world(name)
+        except Exception as exc:  # a user's world may need options: list it anyway
+            typer.echo(f"{name:<14} (needs options to build: {exc})")
+            continue
         typer.echo(f"{name:<14} roles: {', '.join(world.roles):<22} max_turns: "
                    f"{world.max_turns}")
 

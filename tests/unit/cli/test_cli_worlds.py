@@ -26,3 +26,15 @@ def test_worlds_expert_prints_the_solve_rate():
     report = json.loads(result.output.strip().splitlines()[-1])
     assert report == {"world": "math_team", "split": "dev", "n": 20, "seed": 3, "solved": 1.0,
                       "mean_team_reward": 1.0, "mean_team_turns": 1.0}
+
+
+def test_a_world_that_needs_options_is_listed_with_the_reason(monkeypatch):
+    from mgrpo.envs.worlds import base
+
+    def needy(*, size: int):
+        raise AssertionError("never built")
+
+    monkeypatch.setitem(base._WORLDS, "needs_size_cli_test", needy)  # gone after the test
+    result = CliRunner().invoke(app, ["worlds", "list"])
+    assert result.exit_code == 0, result.output
+    assert "needs_size_cli_test" in result.output and "needs options to build" in result.output

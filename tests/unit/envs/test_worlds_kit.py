@@ -40,3 +40,23 @@ def test_splits_are_spread_as_declared():
     for i in range(4000):
         counts[split_of(f"key-{i}")] += 1
     assert 0.77 < counts["train"] / 4000 < 0.83 and 0.08 < counts["test"] / 4000 < 0.12
+
+
+def test_tasks_are_byte_identical_in_another_process_with_another_hash_seed():
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = ("import dataclasses, json\nfrom mgrpo.envs.worlds import build_world\n"
+              "print(json.dumps({n: [dataclasses.asdict(t) for s in ('train', 'test')\n"
+              "    for t in build_world(n).tasks(s, 8, 7)]\n"
+              "    for n in ('sokoban', 'coder_tester', 'math_team')}, sort_keys=True))")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip()
+    here = json.dumps({n: [dataclasses.asdict(t) for s in ("train", "test")
+                           for t in build_world(n).tasks(s, 8, 7)]
+                       for n in ("sokoban", "coder_tester", "math_team")}, sort_keys=True)
+    assert out == here
