@@ -157,8 +157,10 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
     from mgrpo.services.context import load_engine
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.transcripts import write_transcripts
+    from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config)
+    refuse_embedded_only(cfg, "mgrpo data transcripts")
     device = Settings().device
     if Path(teacher).is_dir():
         _, tok, engine = load_engine(teacher, device, "torch")

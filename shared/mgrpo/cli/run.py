@@ -153,8 +153,10 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.heldout import other_seed_benchmark, parse_stage
     from mgrpo.training.numerics import pin
+    from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config, _parse_overrides(set_))
+    refuse_embedded_only(cfg, "mgrpo eval")
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
         chosen = parse_stage(stage)

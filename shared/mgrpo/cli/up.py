@@ -37,8 +37,10 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     """(name, argv after ``mgrpo``) of every service the run config needs."""
     from mgrpo.tools import ROLE_TOOLS
     from mgrpo.training.config_files import load_run_config
+    from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config_path)
+    refuse_embedded_only(cfg, "mgrpo up")
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
            ("planner-worker", ["serve", "planner-worker"])]
     for role, model in cfg.agents.items():
@@ -65,8 +67,10 @@ def _port_taken(port: int) -> bool:
 def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     """Raise :class:`UserError` naming every problem found before any process starts."""
     from mgrpo.training.config_files import load_run_config
+    from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config_path)  # a typo fails here, in one line
+    refuse_embedded_only(cfg, "mgrpo up")
     problems = []
     if engine == "torch":  # a custom engine may take a URL or a hub id instead of a folder
         for name in dict.fromkeys(cfg.agents.values()):

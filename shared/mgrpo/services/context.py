@@ -39,7 +39,11 @@ def load_service_config(settings: Settings) -> RunConfig:
         if not path.exists():
             raise FileNotFoundError(f"MGRPO_RUN_CONFIG={settings.run_config!r} does not exist; "
                                     "point it at a YAML run config or unset it")
-        return load_run_config(path)
+        cfg = load_run_config(path)
+        from mgrpo.workflows import refuse_embedded_only
+
+        refuse_embedded_only(cfg, "the services")
+        return cfg
     models = {name: ModelConfig(path=str(Path(settings.models_dir) / name))
               for name in DEFAULT_MODELS}
     return RunConfig(models=models)

@@ -1,7 +1,13 @@
 """Registered multi-agent workflows (:mod:`mgrpo.workflows.base`): ``hierarchy`` and
 ``turn_team``; a user's from their ``plugins:``."""
 
-from mgrpo.workflows.base import Workflow, get_workflow, register_workflow, workflow_names
+from mgrpo.workflows.base import (
+    Workflow,
+    get_workflow,
+    refuse_embedded_only,
+    register_workflow,
+    workflow_names,
+)
 from mgrpo.workflows.config import WorkflowConfig
 from mgrpo.workflows.hierarchy import HIERARCHY, Hierarchy
 from mgrpo.workflows.turn_team import TURN_TEAM, TurnTeam
@@ -20,4 +26,5 @@ def prepare_run_data(data: dict) -> dict:
 
 
 __all__ = ["HIERARCHY", "TURN_TEAM", "Hierarchy", "TurnTeam", "Workflow", "WorkflowConfig",
-           "get_workflow", "prepare_run_data", "register_workflow", "workflow_names"]
+           "get_workflow", "prepare_run_data", "refuse_embedded_only", "register_workflow",
+           "workflow_names"]

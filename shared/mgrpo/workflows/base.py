@@ -31,6 +31,8 @@ class Workflow:
     description: str = ""
     team_reward: str = ""  # what the team reward is (one line, for docs and `mgrpo` help)
     local_reward: str = ""  # what each role's local reward is
+    embedded_only: bool = True  # trains in this process only (`mgrpo train`): no services,
+    # no benchmark (`mgrpo up`, `mgrpo eval` and `mgrpo data transcripts` play the hierarchy)
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         """A run config's raw fields before validation (fill what the workflow implies,
@@ -59,6 +61,16 @@ class Workflow:
         :class:`mgrpo.training.loop.RunResult`. Called by ``run_training``, which holds the
         run folder."""
         raise NotImplementedError
+
+
+def refuse_embedded_only(cfg: RunConfig, command: str) -> None:
+    """A one-line ValueError when ``cfg``'s workflow cannot run under ``command`` (the
+    services, or a command that plays the benchmark's questions)."""
+    flow = cfg.flow
+    if flow.embedded_only:
+        raise ValueError(f"{command} plays the hierarchy (planner + sub-agents); workflow "
+                         f"{flow.name} trains in this process only: `mgrpo train` (its "
+                         "held-out accuracy is measured before and after, eval/greedy/*)")
 
 
 _WORKFLOWS: dict[str, Workflow] = {}

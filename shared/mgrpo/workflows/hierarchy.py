@@ -15,6 +15,7 @@ class Hierarchy(Workflow):
     team_reward = "the verifier's verdict on the planner's final answer (rewards.planner)"
     local_reward = ("per algorithm: mgrpo - each sub-agent's r_expert and the main outcome "
                     "(rewards.subagent); at_grpo - each turn's own progress (training.tree)")
+    embedded_only = False
 
     def prepare(self, data: dict) -> dict:
         flow = data.get("workflow") or {}

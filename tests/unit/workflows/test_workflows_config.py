@@ -85,3 +85,17 @@ def test_a_registered_workflow_is_found_and_a_clash_refused():
 
     with pytest.raises(ValueError, match="already registered"):
         register_workflow(Other())
+
+
+def test_services_and_benchmark_commands_refuse_a_turn_team(tmp_path):
+    from mgrpo.cli.up import service_commands
+    from mgrpo.workflows import refuse_embedded_only
+
+    refuse_embedded_only(RunConfig(models=MODELS), "mgrpo up")  # the hierarchy: fine
+    with pytest.raises(ValueError, match="workflow turn_team trains in this process only"):
+        refuse_embedded_only(RunConfig.model_validate(_team()), "the services")
+    path = tmp_path / "team.yaml"
+    path.write_text("models: {m1: {path: unused}, m2: {path: unused}}\n"
+                    "workflow: {kind: turn_team, world: sudoku4, roles: {tool: m1, plan: m2}}\n")
+    with pytest.raises(ValueError, match="^mgrpo up plays the hierarchy"):
+        service_commands(str(path), 8000)
