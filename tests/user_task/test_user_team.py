@@ -48,7 +48,7 @@ def test_a_user_workflow_and_world_train_from_yaml(team):
      "exactly the roles of world 'acme_spell': ['writer', 'reviewer']"),
 ])
 def test_a_mistake_in_the_team_yaml_is_refused_in_one_line(team, change, message):
-    from mgrpo.training.config import load_run_config
+    from mgrpo.training.config_files import load_run_config
     from mgrpo.validation import one_line
 
     bad = team / "bad.yaml"
