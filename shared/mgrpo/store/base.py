@@ -4,7 +4,12 @@ PostgreSQL and SQLite both speak ``INSERT ... ON CONFLICT``; SQLAlchemy exposes 
 so :meth:`StoreBase._insert` picks the right ``insert`` construct. On SQLite every transaction
 is ``BEGIN IMMEDIATE``: several in-thread workers (embedded mode) then queue on the database
 lock (up to the busy timeout) instead of failing with "database is locked" when a reader
-tries to become a writer.
+tries to become a writer. A file database runs in WAL mode with ``synchronous=NORMAL``
+(SQLite's recommended pairing): a commit appends to the WAL without waiting for the disk, the
+WAL is synced at checkpoints, so a killed process loses nothing committed and a power loss
+may lose the last commits but never corrupts the database. The default (FULL) syncs on every
+commit: ~7 ms each on this project's VM, most of an embedded round's ingest (four commits
+per episode; docs/benchmarks.md "Asynchronous mode").
 
 What this module does NOT do: define tables (``models``) or any query (the mixins).
 """
@@ -55,6 +60,7 @@ def _sqlite_immediate_transactions(engine: Engine, *, wal: bool) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         if wal:
             cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")

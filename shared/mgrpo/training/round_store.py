@@ -107,18 +107,23 @@ def staleness_metrics(lm, trajs, round_index: int, admission=None) -> dict[str, 
 
 
 def ingest_episodes(store, round_id: str, episodes, outcomes) -> None:
-    """The planner side's hand-off: outcomes and trajectories into the store, then each
-    rollout marked complete with the attempt that produced them (SPEC 2.2 step 3)."""
-    for ep, outcome in zip(episodes, outcomes, strict=True):
-        attempt = store.begin_attempt(round_id, ep.job.question.id, ep.job.rollout)
-        if attempt is None:  # completed before a crash: its stored attempt stays the one
-            continue
-        ep_trajs = [ep.planner, *ep.subagents]
-        for traj in ep_trajs:
+    """The planner side's hand-off: trajectories into the store, then the outcomes and each
+    rollout marked complete with the attempt that produced them (SPEC 2.2 step 3). Three
+    transactions for the whole round, as the planner worker's batches: the attempts
+    (``begin_attempts``), the trajectories, then outcomes and completions together
+    (``finish_episodes``); a rollout completed before a crash keeps its stored attempt."""
+    attempts = store.begin_attempts([(round_id, ep.job.question.id, ep.job.rollout)
+                                     for ep in episodes])
+    kept = [(ep, outcome, attempt) for ep, outcome, attempt
+            in zip(episodes, outcomes, attempts, strict=True) if attempt is not None]
+    trajs = []
+    for ep, _, attempt in kept:
+        for traj in (ep.planner, *ep.subagents):
             traj.attempt = attempt
-        store.write_planner_outcomes(round_id, [outcome.model_copy(update={"attempt": attempt})])
-        store.ingest_trajectories(ep_trajs)
-        store.complete_rollout(round_id, ep.job.question.id, ep.job.rollout, attempt)
+            trajs.append(traj)
+    store.ingest_trajectories(trajs)
+    store.finish_episodes(round_id, [outcome.model_copy(update={"attempt": attempt})
+                                     for _, outcome, attempt in kept], {})
 
 
 def publish_stats(store, round_id: str, model: str, stats) -> None:

@@ -307,3 +307,15 @@ def test_evaluation_jobs_owner_writes_and_orphans_swept(store):
     from store_contracts import evaluation_jobs_contract
 
     evaluation_jobs_contract(store, "sqlite")
+
+
+def test_a_file_database_runs_wal_without_a_sync_per_commit(tmp_path):
+    from sqlalchemy import text
+
+    from mgrpo.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    with store.engine.connect() as connection:
+        assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+    store.close()
