@@ -60,6 +60,13 @@ class Settings(BaseSettings):
         "trajectories (up to 256) until the broker misses ~2 heartbeats and requeues them for "
         "the standby. Its handler is one store transaction, so it can be short; the workers "
         "keep 120 s (a batched generation runs between heartbeats).")
+    handler_deadline_s: float = Field(
+        120.0, gt=0, description="How long a planner or sub-agent worker's batch handler may "
+        "run before it counts as hung: its consumer connection is then closed, so the broker "
+        "redelivers the batch to another worker at once (instead of after ~2 missed 120 s AMQP "
+        "heartbeats, about 4 minutes), and the worker's /readyz (at once) and /healthz (after "
+        "MGRPO_CONSUMER_GRACE_S) say 503. A batch must end well within it (it cannot outlast "
+        "~240 s anyway: its heartbeats wait for it).")
     trainer_lease_s: float = Field(
         30.0, gt=0, description="Expiry of a trainer's lease on its model (one active trainer "
         "per model): renewed every third of it; a second trainer of the model waits, and "

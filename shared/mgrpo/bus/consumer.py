@@ -13,12 +13,23 @@ redelivery an ack-only duplicate when the handler had finished (``mgrpo.bus.hand
 
 :class:`ConsumerState` is what health checks read: consuming or not, since when, and why not.
 
+A handler deadline (``deadline_s``, the workers' ``MGRPO_HANDLER_DEADLINE_S``): when one pass
+of the consume loop (a drain and the batch handler after it) runs longer, the handler is taken
+as hung (a stuck engine, a call that never returns): :class:`HandlerDeadline` shuts the
+consumer's socket from its own thread, so the broker requeues the unacked messages at once for
+another consumer, and marks the consumer down with the reason (``/readyz`` 503 at once,
+``/healthz`` 503 after the grace period: an orchestrator restarts the process). A handler that
+returns after all finds its channel gone: its acks fail and the consumer reconnects. Without
+it, a hung handler keeps its prefetched messages until the broker misses ~2 AMQP heartbeats
+(:data:`HEARTBEAT_S`: about 4 minutes).
+
 What this module does NOT do: decide what happens to a message (``on_message`` does).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -73,17 +84,67 @@ class ConsumerState:
         return None
 
 
+class HandlerDeadline:
+    """Watch one consumer's loop: :meth:`enter` at the start of a pass, :meth:`leave` at its
+    end; a pass longer than ``deadline_s`` cuts the connection (see the module docstring).
+    Checks on its own daemon thread, every ``deadline_s / 10`` (at most 1 s)."""
+
+    def __init__(self, deadline_s: float, state: ConsumerState, stop) -> None:
+        if deadline_s <= 0:
+            raise ValueError(f"handler deadline must be > 0 s, got {deadline_s}")
+        self.deadline_s, self.state, self.stop = deadline_s, state, stop
+        self._since: float | None = None
+        self._connection = None
+        self._lock = threading.Lock()
+        self.cuts = 0  # connections cut for a hung handler
+        threading.Thread(target=self._watch, name=f"deadline-{state.name}",
+                         daemon=True).start()
+
+    def enter(self, connection) -> None:
+        with self._lock:
+            self._since, self._connection = time.monotonic(), connection
+
+    def leave(self) -> None:
+        with self._lock:
+            self._since = self._connection = None
+
+    def _watch(self) -> None:
+        period = min(1.0, self.deadline_s / 10)
+        while not self.stop.wait(period):
+            with self._lock:
+                since, connection = self._since, self._connection
+                if since is None or time.monotonic() - since < self.deadline_s:
+                    continue
+                self._since = self._connection = None  # one cut per pass
+            self._cut(connection, time.monotonic() - since)
+
+    def _cut(self, connection, ran_s: float) -> None:
+        reason = (f"handler hung: running for {ran_s:.0f} s, past the {self.deadline_s:.0f} s "
+                  "deadline (MGRPO_HANDLER_DEADLINE_S); connection closed so the broker "
+                  "redelivers its messages")
+        log.error("consumer %s on %s: %s", self.state.name, self.state.queue, reason)
+        self.state.down(reason)
+        self.cuts += 1
+        try:  # the socket only: a shutdown is safe while another thread is in a call on it
+            connection.connection.transport.sock.shutdown(socket.SHUT_RDWR)
+        except Exception as error:  # noqa: BLE001 - already closed, another transport
+            log.warning("consumer %s: could not shut its socket (%s: %s)", self.state.name,
+                        type(error).__name__, error)
+
+
 def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: ConsumerState,
                 on_message: Callable, stop: threading.Event, ready: threading.Event,
                 timeout_s: Callable[[], float] = lambda: 0.2,
                 after_drain: Callable[[bool], None] | None = None,
                 on_disconnect: Callable[[], None] | None = None,
-                heartbeat_s: float = HEARTBEAT_S) -> None:
+                heartbeat_s: float = HEARTBEAT_S, deadline_s: float | None = None) -> None:
     """Consume ``queue`` until ``stop``; reconnects forever on connection errors.
 
     ``after_drain(timed_out)`` runs after every drain (the batch consumer flushes there);
     ``on_disconnect`` runs when a connection is lost (drop messages of the dead channel).
+    ``deadline_s``: the handler deadline (:class:`HandlerDeadline`; None: none).
     """
+    deadline = HandlerDeadline(deadline_s, state, stop) if deadline_s is not None else None
     delay = 0.2
     while not stop.is_set():
         try:
@@ -102,6 +163,8 @@ def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: Consumer
                         log.info("consumer %s: consuming %s again", state.name, queue.name)
                     while not stop.is_set():
                         timed_out = False
+                        if deadline is not None:
+                            deadline.enter(connection)
                         try:
                             connection.drain_events(timeout=timeout_s())
                         except TimeoutError:
@@ -109,7 +172,11 @@ def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: Consumer
                         connection.heartbeat_check()
                         if after_drain is not None:
                             after_drain(timed_out)
+                        if deadline is not None:
+                            deadline.leave()
         except Exception as error:  # noqa: BLE001 - connection errors of every transport
+            if deadline is not None:
+                deadline.leave()
             if stop.is_set():
                 break
             state.down(error)

@@ -163,10 +163,12 @@ class KombuBus:
               after_drain: Callable[[bool], None] | None = None,
               on_disconnect: Callable[[], None] | None = None,
               stop: threading.Event | None = None,
-              heartbeat_s: float | None = None) -> threading.Thread:
+              heartbeat_s: float | None = None,
+              deadline_s: float | None = None) -> threading.Thread:
         """Run a reconnecting consumer of ``queue`` on its own thread (``mgrpo.bus.consumer``);
         returns once it consumes. ``stop`` (default: this bus closing) ends it.
-        ``heartbeat_s``: its connection's AMQP heartbeat (default ``consumer.HEARTBEAT_S``)."""
+        ``heartbeat_s``: its connection's AMQP heartbeat (default ``consumer.HEARTBEAT_S``).
+        ``deadline_s``: its handler deadline (``consumer.HandlerDeadline``; None: none)."""
         ready = threading.Event()
         state = ConsumerState(consumer, queue.name)
         stop_event = _Either(stop, self._stop) if stop is not None else self._stop
@@ -176,6 +178,7 @@ class KombuBus:
             kwargs=dict(prefetch=prefetch, state=state, on_message=on_message,
                         stop=stop_event, ready=ready, timeout_s=timeout_s,
                         after_drain=after_drain, on_disconnect=on_disconnect,
+                        deadline_s=deadline_s,
                         **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s})))
         state.thread = thread
         self.consumers.append(state)

@@ -57,12 +57,15 @@ RETRY_DELAY_S = errors.RETRY_DELAY_S  # between redeliveries while a service is 
 def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
                     batch_size: int = 16, linger_s: float = 0.3, claims: bool = True,
                     stop: threading.Event | None = None,
-                    heartbeat_s: float | None = None) -> threading.Thread | None:
+                    heartbeat_s: float | None = None,
+                    deadline_s: float | None = None) -> threading.Thread | None:
     """Start consuming ``queue`` in batches; returns the worker thread (None: delegated to
     ``bus.consume`` with batches of one). ``claims=False``: the handler is idempotent by
     itself, so no duplicate check or claim is made (one store transaction fewer each).
     ``heartbeat_s``: the AMQP heartbeat of the consumer's connection (a handler must end well
-    within it; default ``mgrpo.bus.consumer.HEARTBEAT_S``)."""
+    within it; default ``mgrpo.bus.consumer.HEARTBEAT_S``). ``deadline_s``: a batch handler
+    running longer is taken as hung and its connection cut, so the broker redelivers the batch
+    (``mgrpo.bus.consumer.HandlerDeadline``; None: no deadline)."""
     from mgrpo.bus.kombu_bus import KombuBus
 
     if not isinstance(bus, KombuBus):
@@ -94,7 +97,7 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
     return bus.serve(bus.work_queue(queue), consumer, on_message, prefetch=batch_size,
                      timeout_s=lambda: linger_s if pending else 0.5,
                      after_drain=after_drain, on_disconnect=pending.clear, stop=stop,
-                     heartbeat_s=heartbeat_s)
+                     heartbeat_s=heartbeat_s, deadline_s=deadline_s)
 
 
 def _holds_command(pending: list) -> bool:

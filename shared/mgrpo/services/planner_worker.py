@@ -189,7 +189,8 @@ class PlannerWorker:
 
     def start(self) -> None:
         consume_batches(self.p.bus, self.p.queues.episodes, self.handle_batch,
-                        consumer="planner-worker", batch_size=self.batch_size)
+                        consumer="planner-worker", batch_size=self.batch_size,
+                        deadline_s=self.p.settings.handler_deadline_s)
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         """Play the batch's episode tasks; returns the refusals (``{position: reason}``, to

@@ -86,7 +86,7 @@ class SubagentWorker:
         # traj_id once, ON CONFLICT DO NOTHING; the dispatcher drops a second reply).
         consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
                         consumer=f"subagent-{self.name}", batch_size=self.batch_size,
-                        claims=False)
+                        claims=False, deadline_s=self.settings.handler_deadline_s)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
 
     def stop(self) -> None:

@@ -1,15 +1,21 @@
 """Health that tells the truth, without a broker: a consumer whose thread died is a liveness
 problem at once; one that is reconnecting is a readiness problem at once and a liveness
-problem after the grace period; the worker's /healthz and /readyz serve exactly that."""
+problem after the grace period; the worker's /healthz and /readyz serve exactly that. A
+consume pass past its handler deadline gets its socket shut once and the consumer marked down
+with the reason (on the real broker: tests/integration/services/test_services_hung_worker.py)."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+from types import SimpleNamespace
 
 from http_json import get_json
 from prometheus_client import CollectorRegistry
+from waiting import wait_for
 
-from mgrpo.bus.consumer import ConsumerState
+from mgrpo.bus.consumer import ConsumerState, HandlerDeadline
 from mgrpo.services.health import serve_health
 
 
@@ -59,3 +65,37 @@ def test_healthz_and_readyz_report_the_problems():
         assert status == 503 and body["status"] == "down" and body["problems"] == problems
     finally:
         server.shutdown()
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.shut: list[int] = []
+
+    def shutdown(self, how: int) -> None:
+        self.shut.append(how)
+
+
+def _connection(sock: _Socket):
+    return SimpleNamespace(connection=SimpleNamespace(transport=SimpleNamespace(sock=sock)))
+
+
+def test_a_pass_past_the_handler_deadline_cuts_the_socket_once_and_says_why():
+    state = ConsumerState("planner-worker", "planner.episodes")
+    state.up()
+    stop = threading.Event()
+    deadline = HandlerDeadline(0.5, state, stop)
+    try:
+        quick, hung = _Socket(), _Socket()
+        for _ in range(5):  # passes well within the deadline: nothing is cut
+            deadline.enter(_connection(quick))
+            time.sleep(0.05)
+            deadline.leave()
+        deadline.enter(_connection(hung))  # a handler that does not come back
+        assert wait_for(lambda: hung.shut, timeout_s=10, poll_s=0.02)
+        time.sleep(0.3)
+        assert quick.shut == [] and hung.shut == [socket.SHUT_RDWR]  # once per pass
+        assert deadline.cuts == 1 and not state.consuming
+        problem = state.problem()
+        assert "handler hung" in problem and "MGRPO_HANDLER_DEADLINE_S" in problem, problem
+    finally:
+        stop.set()
