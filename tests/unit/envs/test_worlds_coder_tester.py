@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 
 import pytest
 
@@ -41,8 +42,8 @@ def test_the_same_seed_gives_byte_identical_tasks_and_splits_are_disjoint(world)
     assert [len(v) for v in found.values()] == [150, 30, 200]
     assert not found["train"] & found["test"] and not found["train"] & found["dev"]
     assert not found["dev"] & found["test"]
-    families = {t.data["family"] for t in world.tasks("test", 200, seed=0)}
-    assert families == {"arithmetic", "string", "list"}
+    families = Counter(t.data["family"] for t in world.tasks("test", 200, seed=0))
+    assert set(families) == {"arithmetic", "string", "list"} and min(families.values()) >= 40
 
 
 def test_the_expert_passes_every_hidden_test_in_one_team_turn(world):

@@ -24,12 +24,15 @@ from mgrpo.envs.worlds.base import WorldTask
 Params = dict[str, Any]
 
 
+_LETTERS = "abcdefghiklmnoprstuy"
+
+
 def _ints(lo: int, hi: int) -> Callable[[random.Random], list]:
     return lambda rng: [rng.randint(lo, hi)]
 
 
 def _word(rng: random.Random) -> list:
-    return ["".join(rng.choice("abcdefghiklmnoprstuy") for _ in range(rng.randint(0, 9)))]
+    return ["".join(rng.choice(_LETTERS) for _ in range(rng.randint(0, 9)))]
 
 
 def _int_list(rng: random.Random) -> list:
@@ -54,8 +57,13 @@ def _clamp_params(rng: random.Random) -> Params:
 
 
 def _pair_params(rng: random.Random) -> Params:
-    a, b = rng.sample(range(2, 10), 2)
+    a, b = sorted(rng.sample(range(2, 10), 2))  # sorted: "a or b" is "b or a"
     return {"a": a, "b": b}
+
+
+def _letter_pair(rng: random.Random) -> Params:
+    c, d = sorted(rng.sample(_LETTERS, 2))
+    return {"c": c, "d": d}
 
 
 TEMPLATES: tuple[Template, ...] = (
@@ -79,24 +87,42 @@ TEMPLATES: tuple[Template, ...] = (
              lambda r: {"k": r.randint(2, 6),
                         "sep": r.choice(["-", ", ", "|", " ", "+", ":", "/", "."])},
              _word),
-    Template("string", "count_letter", "s: str", "int",
-             "Return how many times the letter {c!r} occurs in s, ignoring case.",
-             "return s.lower().count({c!r})",
-             lambda r: {"c": r.choice("abcdefghiklmnoprstuy")},
+    Template("string", "count_letters", "s: str", "int",
+             "Return how many characters of s are {c!r} or {d!r}, ignoring case.",
+             "return sum(1 for ch in s.lower() if ch in ({c!r}, {d!r}))", _letter_pair,
              lambda r: [_word(r)[0] + r.choice(["", "A", "E", "K", "O"])]),
+    Template("string", "drop_letters", "s: str", "str",
+             "Return s without any {c!r} and without any {d!r}.",
+             "return s.replace({c!r}, '').replace({d!r}, '')", _letter_pair, _word),
+    Template("string", "pad_left", "s: str", "str",
+             "Return s padded on the left with {c!r} to at least {n} characters.",
+             "return s.rjust({n}, {c!r})",
+             lambda r: {"n": r.randint(3, 12), "c": r.choice(".-*0#_")}, _word),
     Template("string", "swap_upper", "s: str", "str",
              "Return s with every {c!r} replaced by {d!r}, then in upper case.",
              "return s.replace({c!r}, {d!r}).upper()",
-             lambda r: dict(zip("cd", r.sample("abcdefghiklmnoprstuy", 2), strict=True)),
+             lambda r: dict(zip("cd", r.sample(_LETTERS, 2), strict=True)),
              _word),
     Template("string", "every_kth", "s: str", "str",
-             "Return every {k}-th character of s, starting with the one at index {start}.",
+             "Return the characters of s at indices {start}, {start} + {k}, {start} + 2 * {k} "
+             "and so on, in order.",
              "return s[{start}::{k}]", lambda r: {"k": r.randint(2, 5), "start": r.randint(0, 3)},
              _word),
     Template("list", "sum_above", "xs: list[int]", "int",
              "Return the sum of the elements of xs that are greater than {t}.",
              "return sum(x for x in xs if x > {t})",
              lambda r: {"t": r.randint(-10, 20)}, _int_list),
+    Template("list", "sum_below", "xs: list[int]", "int",
+             "Return the sum of the elements of xs that are less than {t}.",
+             "return sum(x for x in xs if x < {t})",
+             lambda r: {"t": r.randint(-10, 20)}, _int_list),
+    Template("list", "clip_all", "xs: list[int]", "list[int]",
+             "Return a new list: each element of xs limited to the range [{lo}, {hi}].",
+             "return [max({lo}, min({hi}, x)) for x in xs]", _clamp_params, _int_list),
+    Template("list", "scale_multiples", "xs: list[int]", "list[int]",
+             "Return the elements of xs divisible by {k}, in order, each multiplied by {m}.",
+             "return [x * {m} for x in xs if x % {k} == 0]",
+             lambda r: {"k": r.randint(2, 7), "m": r.randint(2, 9)}, _int_list),
     Template("list", "rotate_left", "xs: list[int]", "list[int]",
              "Return a new list: xs rotated left by {k} positions (an empty list stays "
              "empty).", "return xs[{k} % len(xs):] + xs[:{k} % len(xs)] if xs else []",
@@ -116,6 +142,9 @@ TEMPLATES: tuple[Template, ...] = (
              "            seen.add(x % {k})\n            out.append(x)\n    return out",
              lambda r: {"k": r.randint(2, 9)}, _int_list),
 )
+
+
+FAMILIES = ("arithmetic", "string", "list")
 
 
 def reference_code(template: Template, params: Params) -> str:
@@ -147,7 +176,8 @@ def _cases(fn: Callable, rng: random.Random, draw: Callable, n: int, avoid: set)
 
 def draw_task(rng: random.Random):
     """``(key, make)`` for :func:`mgrpo.envs.worlds.kit.seeded_tasks`."""
-    template = rng.choice(TEMPLATES)
+    family = rng.choice(FAMILIES)  # each family a third of the draws, whatever its size
+    template = rng.choice([t for t in TEMPLATES if t.family == family])
     params = template.params(rng)
     key = f"{template.name}|{json.dumps(params, sort_keys=True)}"
     tests_seed = rng.getrandbits(32)
