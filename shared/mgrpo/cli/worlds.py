@@ -41,3 +41,22 @@ def expert(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds
     from mgrpo.envs.worlds.play import expert_report
 
     typer.echo(json.dumps(expert_report(build_world(name), split, n, seed)))
+
+
+@app.command("demos")
+def demos(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds list`)."),
+          out: str = typer.Option(..., "--out", help="JSONL file to write (mgrpo sft --data)."),
+          split: str = typer.Option("train", "--split", help="train, dev or test."),
+          n: int = typer.Option(200, "--n", min=1, help="Tasks to play."),
+          seed: int = typer.Option(0, "--seed", help="The tasks' seed.")) -> None:
+    """Write the scripted expert's turns on N tasks (the solved episodes) as SFT examples,
+    one per turn: {agent: role, segments: [observation, action]}."""
+    from mgrpo.envs.worlds import build_world
+    from mgrpo.envs.worlds.demos import expert_demos, write_demos
+
+    examples = expert_demos(build_world(name), split, n, seed)
+    path = write_demos(examples, out)
+    roles: dict[str, int] = {}
+    for example in examples:
+        roles[example["agent"]] = roles.get(example["agent"], 0) + 1
+    typer.echo(json.dumps({"out": str(path), "examples": len(examples), "per_role": roles}))

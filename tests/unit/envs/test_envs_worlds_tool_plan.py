@@ -100,3 +100,26 @@ def test_sudoku4_accepts_any_valid_fill_and_refuses_changed_givens():
     assert world.check(other, "1234 1234 1234 1234") == (0.5 * 4 / 12, False,
                                                          "4/12 units hold 1-4")
     assert world.check(task, "1234")[0] == 0.0
+
+
+def test_expert_demos_are_sft_examples_of_each_turn(tmp_path):
+    from typer.testing import CliRunner
+
+    from mgrpo.cli.main import app
+    from mgrpo.models.sft import load_sft_jsonl
+
+    path = tmp_path / "demos.jsonl"
+    done = CliRunner().invoke(app, ["worlds", "demos", "plan_path", "--out", str(path),
+                                    "--n", "3", "--seed", "1"])
+    assert done.exit_code == 0, done.output
+    assert '"examples": 6, "per_role": {"tool": 3, "plan": 3}' in done.output
+    examples = load_sft_jsonl(path)
+    world = build_world("plan_path")
+    task = world.tasks("train", 3, seed=1)[0]
+    first, second = examples[0], examples[1]
+    assert first.agent == "tool" and second.agent == "plan"
+    assert first.segments[0].text == world.observe(world.reset(task), "tool")
+    assert [s.train for s in first.segments] == [False, True]
+    assert first.segments[1].text.startswith("<tool>") and "deque" in first.segments[1].text
+    answer = second.segments[1].text
+    assert answer.startswith("<answer>") and world.check(task, answer[8:-9])[1]
