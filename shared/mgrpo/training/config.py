@@ -2,7 +2,10 @@
 
 ``mgrpo train --config FILE`` reads it (``mgrpo.training.config_files.load_run_config``);
 :class:`RunConfig` validates it and rejects bad combinations with a message that names the
-value, the rule and the fix.
+value, the rule and the fix. Its sections live by concept and are read from here:
+``loss`` and ``rewards`` (:mod:`~mgrpo.training.loss_config`), ``models`` and ``sampling``
+(:mod:`~mgrpo.training.model_config`), ``stages``, ``judges``, ``verifier_llm``,
+``protocol`` and ``init_from`` (:mod:`~mgrpo.training.run_sections`).
 Process settings (URLs, tokens, devices) are not here: see ``mgrpo.config.Settings``.
 """
 
@@ -13,288 +16,24 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
-from mgrpo.algo.kl import KL_LOSS_ESTIMATORS
-from mgrpo.models.lora import LoraSpec
 from mgrpo.training import aliases
+from mgrpo.training.loss_config import LossConfig, RewardWeights
+from mgrpo.training.model_config import ModelConfig, SamplingConfig
+from mgrpo.training.run_sections import (
+    MAX_VERSION,
+    RUN_ID_PATTERN,
+    InitFrom,
+    JudgeConfig,
+    LLMVerifierConfig,
+    ProtocolConfig,
+    StageConfig,
+)
 from mgrpo.validation import StrictModel
 from mgrpo.workflows.config import WorkflowConfig
 
-
-class RewardWeights(StrictModel):
-    """SPEC 1.2 (paper Eq. 4-5). Planner: a = (format, correct); sub-agent: b = (format,
-    correct_main, expert)."""
-
-    planner: tuple[float, float] = (0.1, 0.9)
-    subagent: tuple[float, float, float] = (0.1, 0.4, 0.5)
-
-
-class LossConfig(StrictModel):
-    """SPEC 1.4. ``agg``: token-mean (DAPO, default) weighs every token equally;
-    seq-mean-token-mean (original GRPO) weighs every sequence equally, so short answers pull
-    harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of both."""
-
-    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.LOSS
-
-    eps_low: float = Field(0.2, gt=0)
-    eps_high: float = Field(0.28, gt=0)
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    kl_coef: float = Field(0.0, ge=0, description="KL to a frozen reference model (each "
-                           "model's `ref_path`, default its starting `path`); 0 = off.")
-    kl_estimator: Literal["k1", "k2", "k3", "k1+", "k3+"] = Field(
-        "k3+", description="Per-token KL estimator (verl's names, mgrpo.algo.kl). In the loss "
-        "only k2, k1+ and k3+ have the gradient of KL(pi||pi_ref) (k1+/k3+: value of k1/k3, "
-        "gradient of k2); k1 (gradient 0) and k3 (gradient of the reverse KL) are refused "
-        "there. In the reward (kl_in_reward) only the value counts: k1 is the usual choice.")
-    kl_in_reward: bool = Field(
-        False, description="Subtract kl_coef * k_t per generated token from the reward before "
-        "the advantages (verl use_kl_in_reward: a sequence's reward falls by kl_coef * "
-        "sum_t k_t, pi = the sampler's logprobs) instead of adding a KL term to the loss.")
-    kl_control: Literal["fixed", "adaptive"] = Field(
-        "fixed", description="The kl_in_reward coefficient: fixed at kl_coef, or adaptive "
-        "(mgrpo.algo.kl_control; Ziegler et al. 2019, TRL AdaptiveKLController, verl "
-        "kl_ctrl.type): starts at kl_coef and after each round's batch of n sequences of mean "
-        "KL kl becomes coef * (1 + clip(kl / kl_target - 1, -0.2, 0.2) * n / kl_horizon). Kept "
-        "per model with its optimizer state, so a resumed run continues with it.")
-    kl_target: float | None = Field(
-        None, gt=0, description="Target KL per sequence (sum over its tokens) of "
-        "kl_control: adaptive (verl kl_ctrl.target_kl).")
-    kl_horizon: int = Field(10000, ge=1, description="Sequences over which kl_control: "
-                            "adaptive moves the coefficient by at most 20% (verl "
-                            "kl_ctrl.horizon).")
-    entropy_coef: float = Field(
-        0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coef * agg(H) over "
-        "the trained tokens (verl entropy_coeff). 0 = off (entropy is still reported).")
-    rollout_is: Literal["none", "token", "sequence"] = Field(
-        "none", description="Truncated importance sampling pi_old / pi_rollout on the policy "
-        "loss (verl's rollout correction): per token, per sequence, or off.")
-    rollout_is_threshold: float = Field(2.0, ge=1.0, description="Cap C of the IS weights.")
-    scale: Literal["std", "none"] = Field(
-        "std", description="std: GRPO advantage (r-mu)/(sigma+eps). none: Dr. GRPO, r-mu.")
-    dynamic_sampling: bool = Field(
-        False, description="DAPO: drop groups whose rewards are all equal (no signal).")
-    eps: float = 1e-6
-
-    def kl_in_loss(self) -> bool:
-        """Whether the policy loss carries a KL term (on, and not moved into the reward)."""
-        return self.kl_coef > 0 and not self.kl_in_reward
-    norm_length: int | None = Field(
-        None, ge=1, description="Dr. GRPO's constant L in sum(m*l) / (B*L) "
-        "(seq-mean-token-sum-norm; verl: loss_scale_factor). None = the generation budget, "
-        "RunConfig.loss_norm_length().")
-
-    @model_validator(mode="after")
-    def _kl_in_loss(self) -> LossConfig:
-        if self.kl_coef > 0 and not self.kl_in_reward \
-                and self.kl_estimator not in KL_LOSS_ESTIMATORS:
-            why = {"k1": "its expected gradient is 0 (it regularises nothing)",
-                   "k3": "its expected gradient is that of the reverse KL(pi_ref||pi)"}
-            plus = "k1+" if self.kl_estimator == "k1" else "k3+"
-            raise ValueError(f"loss.kl_estimator={self.kl_estimator} in the loss: "
-                             f"{why[self.kl_estimator]}; use {plus} (its value, the gradient "
-                             "of KL(pi||pi_ref)) or k2, or set loss.kl_in_reward: true")
-        if self.kl_control == "adaptive":
-            if not (self.kl_in_reward and self.kl_coef > 0):
-                raise ValueError("loss.kl_control=adaptive steers the KL in the reward: set "
-                                 "loss.kl_in_reward: true and loss.kl_coef > 0 (its start "
-                                 "value), or kl_control: fixed")
-            if self.kl_target is None:
-                raise ValueError("loss.kl_control=adaptive needs loss.kl_target (the KL per "
-                                 "sequence to steer toward, e.g. 6.0 as TRL's default)")
-        return self
-
-
-class ModelConfig(StrictModel):
-    """One trainable model. Several agents may share one model (``agents`` mapping)."""
-
-    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.MODEL
-
-    path: str = Field(description="Local HF folder (or checkpoint) to start from.")
-    lr: float = Field(2e-4, gt=0, description="Adam lr. Calibrated: 2e-4 stable on tiny "
-                      "models; 5e-4 collapsed (SPEC 3).")
-    grad_clip: float = 1.0
-    mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch over a round's "
-                              "samples.")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over a round's samples (each "
-                            "reshuffled into `mini_batches`), all against the same pi_old: "
-                            "mini_batches * ppo_epochs optimizer steps per round (verl "
-                            "ppo_epochs, TRL num_iterations).")
-    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward.")
-    micro_batch_tokens: int | None = Field(
-        None, ge=1, description="Token budget per forward/backward: a micro-batch takes "
-        "sequences while rows x its longest sequence stays within it (at least one; at most "
-        "micro_batch_size), and is cut to that width. Same gradient as fixed-size "
-        "micro-batches; bounds activation memory on long, uneven rollouts. None: by count.")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="bfloat16: the trained model's forward passes run under "
-        "torch.autocast(bfloat16) (CPU and GPU) with float32 master weights, gradients and "
-        "optimizer state; the frozen KL reference is held in bfloat16. float32: no autocast.")
-    gradient_checkpointing: bool = Field(
-        False, description="Recompute each decoder layer's activations in the backward pass "
-        "(Hugging Face gradient_checkpointing_enable, non-reentrant): less memory, about one "
-        "more forward of time; same gradients.")
-    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="Learning rate per optimizer step after the warm-up "
-        "(mgrpo.algo.schedules, Hugging Face's formulas): constant, linear to 0 or cosine to "
-        "0 over the run's optimizer steps (lr_total_steps).")
-    warmup_steps: int = Field(0, ge=0, description="Linear warm-up from 0 over this many "
-                              "optimizer steps.")
-    lr_total_steps: int | None = Field(
-        None, ge=1, description="Optimizer steps the linear/cosine schedule spans; None: the "
-        "run's, sum of stage rounds x mini_batches x ppo_epochs.")
-    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = "
-                                "Adam.")
-    trainable: bool = Field(True, description="False freezes it (main-only ablation).")
-    ref_path: str | None = Field(
-        None, description="KL reference (loss.kl_coef > 0): a local HF folder or checkpoint "
-        "version folder; default `path`, i.e. the starting weights.")
-    max_staleness: int | None = Field(
-        None, ge=0, description="Asynchronous mode for this model: how many updates its "
-        "trainer may be ahead of the weights that sampled a round (None: the run's "
-        "`max_staleness`).")
-    lora: LoraSpec | None = Field(
-        None, description="Train a LoRA adapter instead of the full weights, e.g. {r: 8, "
-        "alpha: 16, target_modules: [q_proj, v_proj]}: only the adapter is in the optimizer "
-        "and in each checkpoint (kind lora), the KL reference is the base with the adapter "
-        "disabled, and engines load only the adapter (vllm: enable_lora). None: full weights.")
-
-    @model_validator(mode="after")
-    def _lora(self) -> ModelConfig:
-        if self.lora is not None and not self.trainable:
-            raise ValueError("lora is set on a model with trainable: false; a frozen model "
-                             "trains no adapter: drop `lora` or set trainable: true")
-        if self.lr_total_steps is not None and self.warmup_steps >= self.lr_total_steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} >= lr_total_steps="
-                             f"{self.lr_total_steps}: the warm-up would never end; shorten it")
-        if self.lr_schedule == "constant" and self.lr_total_steps is not None:
-            raise ValueError(f"lr_total_steps={self.lr_total_steps} with lr_schedule constant "
-                             "does nothing; set lr_schedule: linear or cosine, or drop it")
-        if self.micro_batch_tokens is not None and not self.trainable:
-            raise ValueError("micro_batch_tokens on a model with trainable: false; it is "
-                             "never trained: drop micro_batch_tokens")
-        if self.lora is not None and self.ref_path is not None:
-            raise ValueError(f"ref_path={self.ref_path!r} with lora: the KL reference of a "
-                             "LoRA model is its base with the adapter disabled; drop ref_path")
-        return self
-
-
-class SamplingConfig(StrictModel):
-    """How training rollouts are sampled. The trainer trains ``softmax(logits / temperature)``,
-    the distribution the engine samples from; top-p / top-k truncation is refused because
-    the trainer cannot put the tokens outside the kept set back (no correction exists)."""
-
-    key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.SAMPLING
-
-    temperature: float = Field(1.0, gt=0, description="> 0; greedy is for evaluation only.")
-    top_p: float = 1.0
-    top_k: int = 0
-    planner_max_turns: int = 5
-    subagent_max_turns: int = 3
-    max_new_tokens: int = 32  # per turn
-
-    @model_validator(mode="after")
-    def _untruncated(self) -> SamplingConfig:
-        if self.top_p != 1.0 or self.top_k != 0:
-            raise ValueError(
-                f"sampling.top_p={self.top_p}, top_k={self.top_k}: training samples must come "
-                "from the full softmax at `temperature` (the distribution the trainer trains); "
-                "top-p/top-k sampling drops tokens no importance weight can restore. Set "
-                "top_p: 1.0 and top_k: 0 (use temperature to sharpen).")
-        return self
-
-
-class StageConfig(StrictModel):
-    """A curriculum stage (SPEC 1.6): which training questions, for how many rounds.
-    ``max_success``: keep only queries whose success rate under the system at the start of
-    the stage is below this threshold (1.0 = keep all)."""
-
-    stage: int | None = Field(1, description="Benchmark stage (1 easy, 2 hard, None all).")
-    rounds: int = Field(10, ge=0)
-    max_success: float = Field(1.0, gt=0, le=1.0)
-    filter_samples: int = Field(4, ge=1, description="Rollouts per query for the filter.")
-
-
-class JudgeConfig(StrictModel):
-    """How r_expert of one sub-agent role is judged (paper Eq. 5; ``mgrpo.envs.judges``).
-    rule: ground truth from the benchmark (0, counted as ``{role}/expert_no_truth``, when a
-    task has none). llm: a model asked yes/no from ``prompt`` (replies that are neither are
-    0, counted as ``{role}/judge_parse_failures``). ``"pkg.mod:function"``: your function
-    ``(role, task, result) -> float`` in [0, 1] (one that raises or returns anything else
-    scores 0, counted as ``{role}/judge_errors``)."""
-
-    kind: str = Field("rule", description="rule, llm, or 'pkg.mod:function'")
-    model: str | None = Field(
-        None, description="llm: the entry under `models:` that serves the judge: one of the "
-        "agents' models (its current weights) or a separate entry no agent uses (frozen).")
-    url: str | None = Field(
-        None, description="llm: an OpenAI-compatible completions server (vLLM's, "
-        "docs/models.md, or mgrpo.engines.openai_server) that serves `model`; the tokenizer "
-        "is read from models.<model>.path. None: the model runs in the trainer's process.")
-    prompt: str | None = Field(
-        None, description="llm: prompt file with {task}, {result} (and optionally {role}, "
-        "{evidence}: the sub-agent's tool observations); None = "
-        "mgrpo/envs/prompts/llm_expert_judge.txt. Sent as the user turn of the judge "
-        "tokenizer's chat template when it has one; task, result and evidence are escaped "
-        "(& < >) and capped.")
-    max_new_tokens: int = Field(4, ge=1)
-    max_result_chars: int = Field(
-        2000, ge=16, description="llm: the longest result shown to the judge (longer ones "
-        "are cut, the cut said); each observation gets half, all of them together this.")
-
-
-class LLMVerifierConfig(StrictModel):
-    """``verifier: llm``: the model that grades the planner's final answer against the gold
-    one (``mgrpo.envs.rewards.LLMJudgeVerifier``, yes/no from ``prompt``)."""
-
-    model: str = Field(description="An entry of `models:` (an agent's model: its current "
-                       "weights; a separate entry: frozen).")
-    url: str | None = Field(None, description="An OpenAI-compatible completions server "
-                            "serving `model`; None: the model runs in this process.")
-    prompt: str | None = Field(None, description="Prompt file with {question}, {gold}, "
-                               "{pred}; None = mgrpo/envs/prompts/llm_judge.txt.")
-    max_new_tokens: int = Field(4, ge=1)
-
-
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$"
-MAX_VERSION = 2**31 - 1  # a checkpoint version is a 32-bit integer column in the store
-
-
-class ProtocolConfig(StrictModel):
-    """How agent contexts are rendered and turns parsed (mgrpo.envs.turn_formats)."""
-
-    format: Literal["markup", "chat_template"] = Field(
-        "markup", description="markup: the agent protocol's special tokens (<call>, <tool>, "
-        "...; the tiny models and `mgrpo model import` speak it). chat_template: each agent's "
-        "conversation through its tokenizer's chat template, delegations and tool calls as "
-        "the model's native tool calls (apply_chat_template(..., tools=...)); no new tokens. "
-        "Plays algorithm mgrpo only; refused for a tokenizer without a chat template.")
-    tool_call_format: str = Field(
-        "hermes", description="chat_template: how tool calls are read back from a turn "
-        "(mgrpo.envs.chat_format.TOOL_CALL_PARSERS): hermes = <tool_call>{\"name\": ..., "
-        "\"arguments\": {...}}</tool_call> (Qwen2.5, Hermes).")
-
-    @field_validator("tool_call_format")
-    @classmethod
-    def _known_parser(cls, name: str) -> str:
-        from mgrpo.envs.chat_format import TOOL_CALL_PARSERS
-
-        if name not in TOOL_CALL_PARSERS:
-            raise ValueError(f"unknown tool_call_format {name!r}; known: "
-                             f"{sorted(TOOL_CALL_PARSERS)}")
-        return name
-
-
-class InitFrom(StrictModel):
-    """Start a run from ANOTHER run's weights; without it a run starts from each model's
-    ``path``. (To start from a folder, point ``models.<m>.path`` at it: a checkpoint version
-    directory is itself a Hugging Face folder.)"""
-
-    run_id: str = Field(pattern=RUN_ID_PATTERN, description="The run to start from.")
-    version: int | None = Field(
-        None, ge=1, le=MAX_VERSION, description="That run's checkpoint version (None: its "
-        "newest).")
-    out_dir: str | None = Field(
-        None, description="Embedded mode: the out_dir of that run (default: this run's). "
-        "Distributed runs all live under MGRPO_CHECKPOINT_URI: leave it unset.")
+__all__ = ["MAX_VERSION", "RUN_ID_PATTERN", "InitFrom", "JudgeConfig", "LLMVerifierConfig",
+           "LossConfig", "ModelConfig", "ProtocolConfig", "RewardWeights", "RunConfig",
+           "SamplingConfig", "StageConfig", "apply_overrides", "check_plugin_specs"]
 
 
 class RunConfig(StrictModel):
