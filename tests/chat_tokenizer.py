@@ -102,3 +102,56 @@ def tiny_chat_model(tok, seed: int = 0):
     cfg = TinyModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                           num_key_value_heads=2, intermediate_size=128, seed=seed)
     return build_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id)
+
+
+class ChatScriptedPolicy:
+    """An Engine for the services tests, speaking the chat format: the planner delegates to
+    the searcher once and answers with the start of the result; a sub-agent calls its tool
+    once and returns the start of the output."""
+
+    def __init__(self, tokenizer, version: int = 0) -> None:
+        self.tokenizer, self.version = tokenizer, version
+
+    def load_weights(self, source, version: int) -> None:
+        self.version = version
+
+    @staticmethod
+    def turn(text: str) -> str:
+        import json
+        import re
+
+        results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, re.S)
+        if results:
+            return results[0][:20].strip() + "<|im_end|>"
+        task = text.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+        name, arg = (("searcher", "task") if "You are the planner" in text
+                     else ("search", "input"))
+        call = json.dumps({"name": name, "arguments": {arg: task[:40]}})
+        return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+
+    def generate(self, requests):
+        from mgrpo.engines.base import Completion
+
+        out = []
+        for req in requests:
+            turn = self.turn(self.tokenizer.decode(req.prompt_ids, skip_special_tokens=False))
+            ids = self.tokenizer.encode(turn, add_special_tokens=False)
+            out.append(Completion(prompt_ids=list(req.prompt_ids), completion_ids=ids,
+                                  logprobs=[-0.5] * len(ids), text=turn, finish_reason="stop"))
+        return out
+
+
+def chat_scripted_engine(path: str, device: str):
+    """``MGRPO_ENGINE=chat_tokenizer:chat_scripted_engine``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return None, tokenizer, ChatScriptedPolicy(tokenizer)
+
+
+def save_chat_model(folder):
+    """:func:`tiny_chat_model` and :func:`chat_tokenizer` saved as a Hugging Face folder."""
+    tok = chat_tokenizer()
+    tiny_chat_model(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
