@@ -70,6 +70,7 @@ def test_the_expert_solves_every_test_task_in_one_team_turn(world):
         assert world.score(state) == 1.0, task.task_id
         assert [t.reward for t in state.turns] == [1.0, 1.0]
         assert state.team_turn == 1
+        assert len(state.data["tool_output"]) == len(task.solution)  # a shortest solution
 
 
 def test_plan_rewards_legal_moves_and_progress_and_stops_at_an_illegal_move(world):

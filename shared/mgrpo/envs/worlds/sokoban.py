@@ -25,13 +25,13 @@ Local rewards, each in [0, 1]:
   legal + 0.4 x the fraction of the boxes' distance to the targets it removed (sum over boxes
   of the Manhattan distance to the nearest target), and 1.0 if the board is solved.
 
-The scripted expert: the tool prints :func:`solve`'s answer (the same BFS, run in the sandbox);
-the plan agent plays the BFS solution from the current board.
+The scripted expert: the tool runs a short breadth-first search in the sandbox
+(:data:`EXPERT_TOOL_CODE`) that prints a shortest solution; the plan agent plays
+:func:`solve`'s solution from the current board.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 import re
 from typing import Any
@@ -55,7 +55,7 @@ MAX_MOVES = 200  # moves read from one action
 
 def solve(rows: list[str], max_states: int = 300_000) -> str | None:
     """The shortest move string solving the board ``rows``, '' if solved, None if none is
-    found within ``max_states`` states. Self-contained: it is also the expert tool's code."""
+    found within ``max_states`` states."""
     from collections import deque
 
     dirs = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -104,7 +104,36 @@ def solve(rows: list[str], max_states: int = 300_000) -> str | None:
     return None
 
 
-EXPERT_TOOL_CODE = inspect.getsource(solve) + "\nprint(solve(GRID))\n"
+# The expert tool's code: the same breadth-first search as :func:`solve`, written short (a
+# demonstration a small model can learn to write); it prints a shortest solution of GRID.
+EXPERT_TOOL_CODE = """from collections import deque
+cells = [(r, c, x) for r, row in enumerate(GRID) for c, x in enumerate(row)]
+walls = {(r, c) for r, c, x in cells if x == "#"}
+goals = {(r, c) for r, c, x in cells if x in ".*+"}
+boxes = frozenset((r, c) for r, c, x in cells if x in "$*")
+me = next((r, c) for r, c, x in cells if x in "@+")
+steps = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+seen = {(me, boxes): ""}
+queue = deque([(me, boxes)])
+while queue:
+    (r, c), bx = queue.popleft()
+    path = seen[((r, c), bx)]
+    if bx <= goals:
+        print(path)
+        break
+    for move, (dr, dc) in steps.items():
+        nxt, nb = (r + dr, c + dc), bx
+        if nxt in walls:
+            continue
+        if nxt in bx:
+            far = (nxt[0] + dr, nxt[1] + dc)
+            if far in walls or far in bx:
+                continue
+            nb = bx - {nxt} | {far}
+        if (nxt, nb) not in seen:
+            seen[(nxt, nb)] = path + move
+            queue.append((nxt, nb))
+"""
 
 
 def parse_moves(text: str) -> list[str] | None:
