@@ -54,6 +54,11 @@ class Settings(BaseSettings):
         30.0, ge=0, description="How long a worker's (or the planner API's) bus consumer may "
         "be disconnected (reconnecting after a broker restart) before its /healthz says 503; "
         "/readyz says 503 at once.")
+    round_needs_workers: bool = Field(
+        True, description="POST /v1/rounds (distributed mode) refuses a round with 409 while "
+        "a role it needs has no live worker in the store: a sub-agent with no heartbeat "
+        "within 30 s, a trained model whose trainer holds no lease. False: the round is "
+        "created anyway and its tasks wait in the queues for workers that start later.")
     trainer_heartbeat_s: float = Field(
         15.0, gt=0, description="AMQP heartbeat of a trainer's ingest consumer: a trainer "
         "that hangs without dying (SIGSTOP, a stuck kernel call) keeps its prefetched "

@@ -54,6 +54,12 @@ class LeaseMixin(StoreBase):
             return self._written(session, delete(Lease).where(
                 Lease.name == name, Lease.holder == holder)) == 1
 
+    def lease_holder(self, name: str) -> str | None:
+        """Who holds lease ``name`` now (unexpired, by the store's clock); None: nobody."""
+        with self._tx() as session:
+            return session.scalar(select(Lease.holder).where(
+                Lease.name == name, Lease.expires_at >= self._now(session)))
+
     def get_lease(self, name: str) -> LeaseRecord | None:
         """The lease row (expired or not), or None when nobody took it."""
         with self._tx() as session:

@@ -46,7 +46,8 @@ def api(postgres_url, rabbitmq_url, tmp_path):
         settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
                             run_config=str(cfg_path), api_token=TOKEN,
                             queue_prefix=queues.prefix, checkpoint_uri=str(tmp_path / "ck"),
-                            engine="services_testkit:scripted_engine")
+                            engine="services_testkit:scripted_engine",
+                            round_needs_workers=False)  # no workers: the tasks stay queued
         cfg = load_service_config(settings)
         bus = make_bus(settings, store)
         try:

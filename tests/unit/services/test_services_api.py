@@ -5,15 +5,18 @@ OpenAPI document matching the app."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from services_testkit import in_memory_backend, make_bench, make_tiny, write_run_config
 
+from mgrpo.bus import InMemoryBus
 from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
+from mgrpo.services.context import load_service_config, open_store
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -88,7 +91,56 @@ def test_query_trace_shows_a_malformed_answer_raw(client):
                                        "or <answer>...</answer>)"}]
 
 
+def hold_trainer_leases(store, models=("planner", "searcher", "coder")) -> None:
+    """As running trainers do: each model's lease ``trainer:<model>``, held for 10 min."""
+    for model in models:
+        assert store.acquire_lease(f"trainer:{model}", f"test-trainer-{model}", 600)
+
+
+def test_a_round_no_live_worker_would_play_is_refused(tmp_path):
+    """Distributed, with no sub-agent worker and no trainer: 409 naming each missing role
+    (before, the round was created and stayed running forever); no round is created. Once
+    the sub-agents heartbeat and the trainers hold their leases: 201."""
+    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
+                                make_bench(tmp_path / "bench"), k=2, queries=2)
+    settings = Settings(mode="distributed", database_url=f"sqlite:///{tmp_path}/store.db",
+                        run_config=str(cfg_path), api_token=TOKEN)
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    with TestClient(create_app(ApiState(settings, cfg, store, InMemoryBus(store)))) as http:
+        refused = http.post("/v1/rounds", json={"run_id": "idle"}, headers=AUTH)
+        assert refused.status_code == 409, refused.text
+        detail = refused.json()["detail"]
+        assert detail.startswith("no live worker for 5 role(s) this round needs"), detail
+        for role in ("searcher", "coder"):
+            assert f"sub-agent {role} (no heartbeat within 30 s: start `mgrpo serve " \
+                   f"subagent --name {role}`)" in detail
+        for model in ("planner", "searcher", "coder"):
+            assert f"trainer of {model} (nobody holds lease trainer:{model}" in detail
+        assert "\n" not in detail
+        assert http.get("/v1/rounds").json() == []
+        bad = http.post("/v1/rounds", json={"run_id": "other", "init_from": {
+            "run_id": "other"}}, headers=AUTH)
+        assert bad.status_code == 422  # bad input is answered as such, workers or not
+        for role in ("searcher", "coder"):
+            store.register_agent(role, role, f"subagent.{role}")
+        hold_trainer_leases(store, ("planner", "searcher"))
+        refused = http.post("/v1/rounds", json={"run_id": "idle"}, headers=AUTH)
+        assert refused.status_code == 409
+        assert refused.json()["detail"].startswith("no live worker for 1 role(s)")
+        assert "trainer of coder" in refused.json()["detail"]
+        store.acquire_lease("trainer:coder", "a-dead-trainer", 0.001)  # expired at once
+        time.sleep(0.01)
+        assert http.post("/v1/rounds", json={"run_id": "idle"},
+                         headers=AUTH).status_code == 409
+        hold_trainer_leases(store, ("coder",))
+        started = http.post("/v1/rounds", json={"run_id": "idle"}, headers=AUTH)
+        assert started.status_code == 201, started.text
+    store.close()
+
+
 def test_start_list_cancel_round(client):
+    hold_trainer_leases(client.app.state.api.store)
     response = client.post("/v1/rounds", json={"run_id": "api-run", "queries_per_round": 2},
                            headers=AUTH)
     assert response.status_code == 201, response.text

@@ -56,7 +56,8 @@ def errors(*codes: int) -> dict:
            401: "No bearer token (Authorization: Bearer <MGRPO_API_TOKEN>)",
            403: "Wrong token, or mutating endpoints disabled (no token configured)",
            404: "No such round or evaluation",
-           409: "A round of this run is still in progress (or, embedded, no worker of this "
+           409: "A round of this run is still in progress, or no live worker serves a "
+                "role the round needs (a sub-agent, a trainer; embedded: no worker of this "
                 "process serves its sub-agents)",
            413: "Request body larger than MGRPO_MAX_BODY_BYTES",
            429: "Too many requests in flight (or an evaluation already running); retry "

@@ -57,6 +57,22 @@ def missing_subagents(state) -> list[str]:
     return [role for role in state.cfg.agents if role != "planner" and role not in alive]
 
 
+def missing_round_workers(state, cfg) -> list[str]:
+    """The roles a distributed round of ``cfg`` needs that no live worker serves, one
+    phrase each: its sub-agents (none for an inline algorithm: the planner plays them) with
+    no heartbeat within :data:`ALIVE_WITHIN_S`, and its trained models whose trainer holds
+    no lease ``trainer:<model>``. The planner worker leaves no record in the store: not
+    checked."""
+    alive = {a.name for a in state.store.list_agents(alive_within_s=ALIVE_WITHIN_S)}
+    roles = [] if cfg.algo.inline else [r for r in cfg.agents if r != "planner"]
+    missing = [f"sub-agent {role} (no heartbeat within {ALIVE_WITHIN_S:.0f} s: start "
+               f"`mgrpo serve subagent --name {role}`)" for role in roles if role not in alive]
+    missing += [f"trainer of {model} (nobody holds lease trainer:{model}: start `mgrpo serve "
+                f"trainer --model {model}`)" for model in cfg.trained_models()
+                if state.store.lease_holder(f"trainer:{model}") is None]
+    return missing
+
+
 def process_problems(state, grace_s: float) -> list[str]:
     """Why this process cannot serve queries: its bus consumers (a consumer thread that died,
     or one disconnected for ``grace_s``) and its model thread. In memory, no I/O."""

@@ -9,13 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from mgrpo.services.api.deps import Authorized, State
-from mgrpo.services.api.routes.health import embedded_problem
+from mgrpo.services.api.routes.health import embedded_problem, missing_round_workers
 from mgrpo.services.api.schemas import RoundId, RoundIn, RoundOut, RunId, errors
 from mgrpo.services.context import round_spec
 from mgrpo.services.rounds import (
     RoundConflict,
     RoundRefused,
     cancel_round,
+    check_init_from,
     played_stages,
     round_summary,
     start_round,
@@ -50,6 +51,13 @@ def _start(state, body: RoundIn) -> RoundOut:
                        f"{cfg.bench_dir!r}, split train, benchmark stage {stage}); ask for at "
                        f"most {pool}"}])
     try:
+        if state.settings.mode == "distributed" and state.settings.round_needs_workers:
+            check_init_from(state.store, cfg, body.run_id or cfg.name)  # bad input first
+            if missing := missing_round_workers(state, cfg):
+                raise HTTPException(409, f"no live worker for {len(missing)} role(s) this "
+                                    f"round needs, so it would never finish: "
+                                    f"{'; '.join(missing)}; start them and post again "
+                                    "(GET /readyz lists missing sub-agents)")
         record = start_round(state.store, state.bus, cfg, state.queues, run_id=body.run_id,
                              bench=bench)
     except RoundConflict as error:
