@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
 from mgrpo.training import aliases
 from mgrpo.training.loss_config import LossConfig, RewardWeights
+from mgrpo.training.metric_names import namespace_clash
 from mgrpo.training.model_config import ModelConfig, SamplingConfig
 from mgrpo.training.run_sections import (
     MAX_VERSION,
@@ -170,6 +171,8 @@ class RunConfig(StrictModel):
         if missing:
             raise ValueError(f"agents map to models {missing} that are not in `models` "
                              f"(have {sorted(self.models)}); add them under `models:`.")
+        if (clash := namespace_clash(self.agents)) is not None:
+            raise ValueError(clash)
         self.flow.check(self)  # the hierarchy: a planner; a turn team: its world's roles
         if self.protocol.format != "markup" and self.algo.play != "delegate":
             raise ValueError(f"protocol.format: {self.protocol.format} plays algorithm mgrpo "
