@@ -77,7 +77,7 @@ class ProtocolConfig(StrictModel):
 
     format: Literal["markup", "chat_template"] = Field(
         "markup", description="markup: the agent protocol's special tokens (<call>, <tool>, "
-        "...; the tiny models and `mgrpo model import` speak it). chat_template: each agent's "
+        "...; the tiny models and `mgrpo models import` speak it). chat_template: each agent's "
         "conversation through its tokenizer's chat template, delegations and tool calls as "
         "the model's native tool calls (apply_chat_template(..., tools=...)); no new tokens. "
         "Plays algorithm mgrpo only; refused for a tokenizer without a chat template.")
