@@ -8,9 +8,10 @@ its part of each round, train with the library, checkpoint, publish, announce.
   the planner worker recorded; training then groups per (query, agent, turn),
   ``tree_round.train_tree_model``). It is checked when an event arrives, not on a clock:
   after each ingested batch, and on the ``RoundCommand`` the planner worker sends once a
-  round's rollouts are all complete (the last of the two events finds the round ready). A
-  slow poll (:data:`POLL_S`) remains only as a safety net (a lost command); a failed pass is
-  retried after :data:`RETRY_S`.
+  round's rollouts are all complete (the last of the two events finds the round ready), and
+  once as soon as the trainer holds its lease (start-up, a standby taking over: what a killed
+  trainer left is finished at once). A slow poll (:data:`POLL_S`) remains only as a safety
+  net (a lost command); a failed pass is retried after :data:`RETRY_S`.
 - Runs: before a round, the trainer switches to ITS run's newest recorded checkpoint,
   weights AND optimizer state (Adam moments, saved next to each checkpoint by
   :mod:`mgrpo.parallel.optimizer_state`, vouched for by its manifest); a run without one
@@ -21,8 +22,9 @@ its part of each round, train with the library, checkpoint, publish, announce.
 - Training: :func:`mgrpo.training.rounds.train_model` (rewards; the sub-agent side reads
   r_correct_main from the store's planner outcomes), then an atomic, write-once checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
-  statistics (the "published" marker the round waits for), then the weights announcement
-  (:mod:`mgrpo.services.trainer_round`).
+  statistics of all its roles in one transaction (the "published" marker the round waits
+  for), then the weights announcement; the trainer that finds every scored model published
+  marks the round ``done`` (:mod:`mgrpo.services.trainer_round`).
 - Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
   config, a missing reference model, a bug) is marked ``failed`` with the reason (type and
   message, shown by ``GET /v1/rounds/{id}``) and logged; the trainer moves on instead of
@@ -31,7 +33,11 @@ its part of each round, train with the library, checkpoint, publish, announce.
 - Restart safety: a trainer killed at any point restarts from the newest checkpoint the store
   records. If that checkpoint already belongs to the round, the update is not applied again
   (statistics are recomputed and re-published, an overwrite); otherwise the round is trained
-  from the previous weights and optimizer state. A recorded version is never rewritten;
+  from the previous weights and optimizer state. A round whose scored models have all
+  published but which is not ``done`` (the last publisher was killed before the status
+  write) is marked ``done`` by the next pass of any of its trainers (:meth:`pending_rounds`);
+  its weights announcement is not repeated (workers read the newest recorded checkpoint from
+  the store before each round). A recorded version is never rewritten;
   leftovers of the killed write (temp folders, temp optimizer files, a complete version the
   store never recorded) are removed when the trainer first works on the run.
 
@@ -195,9 +201,10 @@ class TrainerService(RunWeights, RoundTraining):
             raise ValueError(refused[0])
 
     def _loop(self) -> None:
-        """Check readiness when woken (a batch ingested, a round command); ``poll_s`` is only
-        a safety net, and a failed or interrupted pass is retried after RETRY_S."""
-        timeout = self.poll_s
+        """Check readiness at once, then when woken (a batch ingested, a round command) and
+        at once after taking the lease over; ``poll_s`` is only a safety net, and a failed or
+        interrupted pass is retried after RETRY_S."""
+        timeout = 0.0  # the first pass at once: finish what a killed trainer left
         while not self._stop.is_set():
             self._wake.wait(timeout)
             self._wake.clear()
@@ -205,6 +212,7 @@ class TrainerService(RunWeights, RoundTraining):
             if self._leased and not self.lease.held():
                 self._weights_of = None  # another trainer may write checkpoints meanwhile
                 self.lease.wait_held(self._stop)
+                timeout = 0.0  # taken over: a pass at once
                 continue
             try:
                 self.train_ready_rounds()
@@ -216,13 +224,29 @@ class TrainerService(RunWeights, RoundTraining):
 
     def pending_rounds(self) -> list[tuple]:
         """(record, :class:`RoundSpec`) of the rounds this model still has to train, oldest
-        first (unfinished rounds only are read, with their published models in one query)."""
+        first (unfinished rounds only are read, with their published models in one query).
+        An unfinished round this model has published is not trained again; when every scored
+        model has published it, it is marked ``done`` here (its last publisher stopped
+        between the publish and the status write)."""
         specs = [(r, round_spec(r, self.cfg))
                  for r in self.store.list_rounds(statuses=("running", "training"))]
         specs = [(r, spec) for r, spec in specs if self.model_name in spec.scored_models]
         published = self.store.published_models_by_round([r.round_id for r, _ in specs])
-        out = [(r, spec) for r, spec in specs if self.model_name not in published[r.round_id]]
+        out = []
+        for r, spec in specs:
+            if self.model_name not in published[r.round_id]:
+                out.append((r, spec))
+            elif set(spec.scored_models) <= published[r.round_id]:
+                self._finish_published(r.round_id)
         return sorted(out, key=lambda pair: (pair[0].created_at, pair[0].index))
+
+    def _finish_published(self, round_id: str) -> None:
+        """Mark ``done`` a round every scored model has published (compare-and-set: only
+        from ``running`` or ``training``)."""
+        if self.store.set_round_status(round_id, "done", only_from=("running", "training")):
+            log.info("trainer %s: round %s had every model's statistics published but was "
+                     "not done (its last publisher stopped before marking it); marked done",
+                     self.model_name, round_id)
 
     def train_ready_rounds(self) -> int:
         done = 0

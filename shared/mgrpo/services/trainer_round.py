@@ -5,9 +5,12 @@ model on the round's trajectories, checkpoint, record metrics, publish, announce
   sub-agent side reads r_correct_main from the store's planner outcomes) or, for AT-GRPO,
   ``tree_round.train_tree_model``; then an atomic, write-once checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
-  statistics (the "published" marker the round waits for), then the weights announcement.
+  statistics of all its roles in one transaction (the "published" marker the round waits
+  for), then the weights announcement, then ``done`` when every scored model has published.
   A round whose checkpoint is already recorded (a restart after the write) is not applied
-  again: statistics are recomputed and re-published. A frozen model is scored only (no
+  again: statistics are recomputed and re-published. A kill after the publish leaves the
+  round published but not ``done``: ``TrainerService.pending_rounds`` finishes it (this
+  round is not run again). A frozen model is scored only (no
   update, checkpoint or announcement). A trainer that lost its lease raises
   :class:`LeaseLost` before writing a checkpoint.
 - :meth:`RoundTraining.staleness`: the ``{model}/staleness_max`` metric (and the bound of

@@ -31,7 +31,8 @@ class Store(RoundsMixin, TrainingMixin, RegistryMixin, EvaluationsMixin, LeaseMi
     Methods (see docs/store.md): runs/rounds/rollouts (``create_run``, ``create_round``,
     ``begin_attempt``, ``complete_rollout``, ``round_progress``, ...), training exchange
     (``ingest_trajectory``, ``round_trajectories``, ``write_planner_outcomes``,
-    ``read_planner_outcomes``, ``publish_group_stats``, ``read_group_stats``,
+    ``read_planner_outcomes``, ``publish_group_stats``, ``publish_model_stats``,
+    ``read_group_stats``,
     ``record_d_counts``, ``d_counts``, ``observed_d``), registry (``record_checkpoint``,
     ``latest_checkpoint``, ``register_agent``, ``heartbeat``, ``list_agents``,
     ``claim_message``, ``record_metrics``, ``metrics``), leases (``acquire_lease``,

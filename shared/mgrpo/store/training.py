@@ -17,7 +17,7 @@ What this module does NOT do: compute rewards, statistics or advantages (``mgrpo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic_core import to_json
 from sqlalchemy import (
@@ -249,24 +249,33 @@ class TrainingMixin(StoreBase):
 
     def publish_group_stats(self, round_id: str, model: str, agent: str,
                             rows: Sequence[GroupStatIn], published_by: str) -> int:
-        """Publish a trainer's group statistics (one multi-row statement; a group key given
-        twice: the last row wins); a re-publish (restarted trainer) overwrites."""
-        if not rows:
-            return 0
+        """Publish a trainer's group statistics of one role (:meth:`publish_model_stats`)."""
+        return self.publish_model_stats(round_id, model, {agent: rows}, published_by)
+
+    def publish_model_stats(self, round_id: str, model: str,
+                            rows_by_agent: Mapping[str, Sequence[GroupStatIn]],
+                            published_by: str) -> int:
+        """Publish a model's group statistics of every role it plays, {agent: rows}, in ONE
+        multi-row statement: a model is published whole or not at all (a trainer killed
+        while publishing leaves none of them). A group key given twice for one agent: the
+        last row wins; a re-publish (restarted trainer) overwrites. Returns the rows given."""
         now = utcnow()
         values = {}
-        for row in rows:
-            stat = GroupStatIn.model_validate(row).model_dump()
-            values[stat["group_key"]] = {"round_id": round_id, "model": model, "agent": agent,
-                                         "published_by": published_by, "created_at": now,
-                                         **stat}
+        for agent, rows in rows_by_agent.items():
+            for row in rows:
+                stat = GroupStatIn.model_validate(row).model_dump()
+                values[(agent, stat["group_key"])] = {
+                    "round_id": round_id, "model": model, "agent": agent,
+                    "published_by": published_by, "created_at": now, **stat}
+        if not values:
+            return 0
         stmt = self._insert(GroupStat).values(list(values.values()))
         with self._tx() as session:
             session.execute(stmt.on_conflict_do_update(
                 index_elements=["round_id", "model", "agent", "group_key"],
                 set_={name: getattr(stmt.excluded, name)
                       for name in ("n", "mean", "std", "published_by", "created_at")}))
-        return len(rows)
+        return sum(len(rows) for rows in rows_by_agent.values())
 
     def read_group_stats(self, round_id: str, model: str | None = None,
                          agent: str | None = None) -> list[GroupStatRecord]:

@@ -127,12 +127,16 @@ def ingest_episodes(store, round_id: str, episodes, outcomes) -> None:
 
 
 def publish_stats(store, round_id: str, model: str, stats) -> None:
+    """Publish ``model``'s group statistics of every role in one store transaction
+    (``store.publish_model_stats``): a model is published whole or not at all."""
     from mgrpo.store import GroupStatIn
 
-    for agent in sorted({s.agent for s in stats}):
-        rows = [GroupStatIn(group_key=s.group_key, n=s.n, mean=s.mean, std=s.std)
-                for s in stats if s.agent == agent]
-        store.publish_group_stats(round_id, model, agent, rows, published_by=f"trainer-{model}")
+    rows: dict[str, list] = {}
+    for s in stats:
+        rows.setdefault(s.agent, []).append(
+            GroupStatIn(group_key=s.group_key, n=s.n, mean=s.mean, std=s.std))
+    store.publish_model_stats(round_id, model, dict(sorted(rows.items())),
+                              published_by=f"trainer-{model}")
 
 
 def _calls(episodes) -> dict[str, float]:

@@ -169,6 +169,18 @@ def test_group_stats_publish_and_republish(store):
     assert store.published_models("run/0") == {"searcher"}
 
 
+def test_a_models_stats_of_every_role_publish_whole_or_not_at_all(store):
+    row = GroupStatIn(group_key="q1", n=2, mean=0.5, std=0.5)
+    with pytest.raises(ValueError):  # the second role's row is invalid: nothing is written
+        store.publish_model_stats("run/0", "shared", {"planner": [row], "searcher": [
+            {"group_key": "q1", "n": -1, "mean": 0.0, "std": 0.0}]}, published_by="t")
+    assert store.read_group_stats("run/0") == [] and store.published_models("run/0") == set()
+    assert store.publish_model_stats("run/0", "shared", {"planner": [row], "searcher": [row]},
+                                     published_by="t") == 2
+    assert [(s.agent, s.group_key) for s in store.read_group_stats("run/0")] == [
+        ("planner", "q1"), ("searcher", "q1")]
+
+
 def test_checkpoints_latest_version(store):
     assert store.latest_checkpoint("planner", run_id="a") is None
     for version in (1, 3, 2):
