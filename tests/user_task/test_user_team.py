@@ -1,16 +1,14 @@
 """A user's turn-based team from outside the library: ``acme_task.team`` registers a world
-(``acme_spell``) and a workflow (``acme_pair``); ``mgrpo train`` trains one round of it with
-team.yaml alone, and a misspelt workflow option is refused in one line."""
+(``acme_spell``) and a workflow (``acme_pair``); team.yaml alone trains one round of it (what
+``mgrpo train --config`` runs), and a mistake in it is refused in one line."""
 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from string import Template
 
 import pytest
-from test_user_task import mgrpo
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,10 +27,13 @@ def team(tmp_path_factory):
 
 
 def test_a_user_workflow_and_world_train_from_yaml(team):
-    done = mgrpo("train", "--config", str(team / "team.yaml"), "--quiet")
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert result["rounds"] == 1 and "eval/greedy/accuracy" in result["after"]
+    from mgrpo.training.config_files import load_run_config
+    from mgrpo.training.loop import run_training
+
+    # what `mgrpo train --config team.yaml` runs (tests/user_task/test_user_task.py runs the
+    # command itself), in this process: no interpreter start-up
+    result = run_training(load_run_config(team / "team.yaml"), progress=False)
+    assert result.rounds == 1 and "eval/greedy/accuracy" in result.after
     with open(team / "out" / "metrics.csv") as f:
         metrics = {(int(r["round"]), r["key"]): float(r["value"]) for r in csv.DictReader(f)}
     # both roles' candidates trained the one shared model (K=4 per (task, role, turn))

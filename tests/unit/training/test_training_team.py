@@ -129,3 +129,17 @@ def test_one_real_round_with_a_shared_policy(tiny_dir, tmp_path):
         keys = {row["key"] for row in csv.DictReader(f)}
     assert {"team/accuracy", "tool/samples", "plan/samples", "m/entropy"} <= keys
     assert (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_a_stopped_turn_team_run_resumes_from_its_last_round(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, {"tool": "m", "plan": "m"}, eval_questions=1, k=2,
+               stages=[{"stage": None, "rounds": 2}])
+    cfg = cfg.model_copy(update={"workflow": cfg.workflow.model_copy(
+        update={"train_tasks": 4})})
+    assert run_training(cfg, progress=False, stop_after=1).rounds == 1
+    resumed = run_training(cfg, resume=True, progress=False)
+    assert resumed.rounds == 2 and resumed.before == {} and resumed.after
+    with open(tmp_path / "out" / "metrics.csv") as f:
+        rounds = sorted({int(row["round"]) for row in csv.DictReader(f)
+                         if row["key"] == "team/accuracy"})
+    assert rounds == [0, 1]
