@@ -64,6 +64,10 @@ class WorldState:
 
 @runtime_checkable
 class World(Protocol):
+    """A world may also set ``stops: dict[role, tuple[str, ...]]``: the markers a role's
+    generated turn ends at (``mgrpo.workflows.team_play``; default: every closing marker of
+    the agent protocol)."""
+
     name: str
     roles: tuple[str, ...]  # in turn order
     max_turns: int  # team turns; the episode ends at this many or when ``state.done``
