@@ -6,9 +6,8 @@ run's bit for bit (a retried episode replays its draws; a retried update starts 
 recorded weights and optimizer state).
 
 In this process on the in-memory bus (the classes ``mgrpo serve`` runs): the database is
-what restarts; broker restarts and worker kills through processes are
-``test_services_restart.py``, ``test_services_trainer_lease.py`` and
-``test_services_hung_trainer.py``."""
+what restarts. The soak through processes, with worker kills and a broker restart too, is
+``test_services_soak_processes.py`` (opt-in: ``MGRPO_SOAK=1``)."""
 
 from __future__ import annotations
 
