@@ -219,22 +219,41 @@ def call_counts(query_index: Tensor, rollout_index: Tensor, query_ids: Tensor,
     return counts.flatten()
 
 
-def at_grpo_group_ids(query_ids: Tensor, agent_ids: Tensor, turn_ids: Tensor) -> Tensor:
-    """Dense group id per sample for the AT-GRPO key (query, agent, turn): (N,) long in [0, G)."""
-    key = torch.stack([torch.as_tensor(x).long() for x in (query_ids, agent_ids, turn_ids)], 1)
-    return torch.unique(key, dim=0, return_inverse=True)[1]
+# Which of (query, agent, turn) key a group, by grouping name: AT-GRPO's agent- and
+# turn-wise groups, or a naive GRPO's coarser ones (across turns, across roles, or both).
+GROUPINGS: dict[str, tuple[bool, bool]] = {  # name -> (agent in key, turn in key)
+    "agent_turn": (True, True), "agent": (True, False), "turn": (False, True),
+    "naive": (False, False)}
+
+
+def at_grpo_group_ids(query_ids: Tensor, agent_ids: Tensor, turn_ids: Tensor,
+                      grouping: str = "agent_turn") -> Tensor:
+    """Dense group id per sample, (N,) long in [0, G): the key (query, agent, turn) of
+    AT-GRPO (``grouping="agent_turn"``), (query, agent) (``"agent"``: one group across a
+    role's turns), (query, turn) (``"turn"``: one group across roles) or (query) alone
+    (``"naive"``: one group across roles and turns). Ids follow the keys' sorted order."""
+    if grouping not in GROUPINGS:
+        raise ValueError(f"grouping {grouping!r}: choose among {sorted(GROUPINGS)}")
+    by_agent, by_turn = GROUPINGS[grouping]
+    query = torch.as_tensor(query_ids).long()
+    parts = [query,
+             torch.as_tensor(agent_ids).long() if by_agent else torch.zeros_like(query),
+             torch.as_tensor(turn_ids).long() if by_turn else torch.zeros_like(query)]
+    return torch.unique(torch.stack(parts, 1), dim=0, return_inverse=True)[1]
 
 
 @register_estimator("at_grpo")
 def at_grpo_advantages(rewards: Tensor, query_ids: Tensor, agent_ids: Tensor,
                        turn_ids: Tensor, *, scale: Scale = "std", eps: float = 1e-6,
-                       dynamic_sampling: bool = False) -> GroupAdvantages:
+                       dynamic_sampling: bool = False,
+                       grouping: str = "agent_turn") -> GroupAdvantages:
     """AT-GRPO (Stronger-MAS, Zhao et al. 2025): GRPO with group key (query, agent, turn).
 
     rewards (N,) turn rewards ``alpha*r_team + r_local`` of the K candidates sampled from the
     same state; query_ids, agent_ids, turn_ids (N,) long. Returns GroupAdvantages whose
-    ``group_ids`` are the dense (query, agent, turn) group indices.
+    ``group_ids`` are the dense group indices of ``grouping`` (:func:`at_grpo_group_ids`;
+    anything but ``agent_turn`` is the naive multi-agent GRPO the paper compares against).
     """
-    group_ids = at_grpo_group_ids(query_ids, agent_ids, turn_ids)
+    group_ids = at_grpo_group_ids(query_ids, agent_ids, turn_ids, grouping)
     adv = group_advantages(rewards, group_ids, scale=scale, eps=eps)
     return GroupAdvantages(adv, _keep(rewards, group_ids, dynamic_sampling), group_ids)

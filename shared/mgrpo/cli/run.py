@@ -311,9 +311,16 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
                "single-agent,main-only,co-training", help="Variants to run, comma-separated. "
                "Finished runs in OUT are reused, so a later call can add the rest."),
            ) -> None:
-    """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds."""
+    """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds; or,
+    with a turn team's ablation config (`kind: turn_team`: its own arms, seeds and out_dir,
+    the other options unused), that config's arms."""
     from mgrpo.training.ablate import AblateConfig, run_ablation
 
+    if config is not None and read_demo_config(config).get("kind") == "turn_team":
+        from mgrpo.training.team_ablate import load_team_ablate, run_team_ablation
+
+        run_team_ablation(load_team_ablate(config))
+        return
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:

@@ -12,7 +12,8 @@ for every role) trains on all roles' samples; specialised policies each on their
 
 Held-out evaluation: the greedy team (one action per turn) on ``eval_questions`` tasks of the
 world's test split, before the first round and after the last: ``eval/greedy/accuracy``
-(solved), ``eval/greedy/team_turns``.
+(solved), ``eval/greedy/team_turns``; each task's score after the last round in
+``eval_after_questions.json``.
 
 What this module does not do: the services' mode (a turn_team run trains embedded only).
 """
@@ -121,8 +122,23 @@ def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
 
 def evaluate_team(system: TeamSystem, tasks: list) -> dict[str, float]:
     """The greedy team on ``tasks``: ``eval/greedy/accuracy`` and ``eval/greedy/team_turns``."""
+    return evaluate_team_tasks(system, tasks)[0]
+
+
+def evaluate_team_tasks(system: TeamSystem, tasks: list) -> tuple[dict[str, float],
+                                                                   dict[str, float]]:
+    """:func:`evaluate_team`'s metrics and each task's score ({task id: 0 or 1})."""
     episodes = system.sampler().run("eval", tasks, system.cfg.seed, greedy=True)
-    return team_metrics(episodes, system.world, "eval/greedy")
+    scores = {ep.task.task_id: float(system.world.score(ep.state)) for ep in episodes}
+    return team_metrics(episodes, system.world, "eval/greedy"), scores
+
+
+def write_task_scores(out_dir: Path, scores: dict[str, float]) -> None:
+    """``eval_after_questions.json`` ({"greedy": {task id: score}}), what paired comparisons
+    (``mgrpo compare``, ``mgrpo ablate``) read."""
+    import json
+
+    Path(out_dir, "eval_after_questions.json").write_text(json.dumps({"greedy": scores}))
 
 
 def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
@@ -159,7 +175,8 @@ def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: 
                                                      pool))
         result.rounds = round_index + 1
     else:
-        result.after = evaluate_team(system, test)
+        result.after, scores = evaluate_team_tasks(system, test)
+        write_task_scores(Path(cfg.out_dir), scores)
         logger.log_eval(len(schedule), result.after, "after")
     result.wall_s = time.perf_counter() - started
     logger.close()

@@ -31,7 +31,8 @@ def tree_seed(cfg: RunConfig, round_index: int) -> int:
 def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample],
                                                                       list[GroupStat]]:
     """Advantages for the candidates of one model: GRPO within each (query, agent, turn)
-    group of K candidates (``at_grpo_advantages``); rewards are the stored turn rewards."""
+    group of K candidates (``at_grpo_advantages``; ``workflow.grouping`` may pool roles
+    and/or turns instead); rewards are the stored turn rewards."""
     if not trajs:
         return [], []
     missing = [t.traj_id for t in trajs if t.reward is None or t.turn is None]
@@ -45,7 +46,8 @@ def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sampl
     agents = torch.tensor([index["agent"][t.agent] for t in trajs])
     turns = torch.tensor([int(t.turn) for t in trajs])
     adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
-                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling)
+                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling,
+                             grouping=cfg.workflow.grouping)
     samples = [Sample(t, float(a), float(r))
                for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
                if keep]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -23,6 +23,11 @@ class WorkflowConfig(StrictModel):
         "Replaces `agents`.")
     alpha: float | None = Field(None, ge=0, description="turn_team: the turn reward "
                                 "alpha * team + local (None: at_grpo_alpha).")
+    grouping: Literal["agent_turn", "agent", "turn", "naive"] = Field(
+        "agent_turn", description="turn_team: the advantage groups of K candidates - "
+        "agent_turn (AT-GRPO: each (task, role, team turn)), agent (a role's turns pooled), "
+        "turn (a turn's roles pooled, when one model plays them), naive (all of a task's "
+        "samples of a model in one group).")
     max_turns: int | None = Field(None, ge=1, description="turn_team: team turns per "
                                   "episode at most (None: the world's own limit).")
     world_options: dict[str, Any] = Field(

@@ -17,10 +17,13 @@ EXPECTED = {"embedded.yaml": "mgrpo", "distributed.yaml": "mgrpo", "at_grpo.yaml
             "turn_team.yaml": "at_grpo"}
 # Demo recipes (DemoConfig, `mgrpo demo --config`), checked in test_training_demo_config.py.
 DEMO_CONFIGS = {"demo_full.yaml", "ablate_stage1_462.yaml", "ablate_stage2.yaml"}
+# Turn-team ablations (`mgrpo ablate --config`), checked in test_training_team_ablate.py.
+TEAM_ABLATIONS = {p.name for p in EXAMPLES.glob("ablate_team_*.yaml")}
 
 
 def test_every_example_is_listed():
-    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted({*EXPECTED, *DEMO_CONFIGS})
+    listed = {*EXPECTED, *DEMO_CONFIGS, *TEAM_ABLATIONS}
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted(listed)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -5,6 +5,7 @@ from mgrpo.envs.worlds import (  # noqa: F401 - each registers its world
     coder_tester,
     math_team,
     plan_path,
+    solo,
     sokoban,
     sudoku4,
 )

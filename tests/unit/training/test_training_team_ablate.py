@@ -1,0 +1,88 @@
+"""The turn-team ablation configs (examples/ablate_team_*.yaml) load and every arm validates
+as a turn_team run; arms of one name in the configs that share an out_dir are one setting
+(a finished run is reused across them); `workflow.grouping` naive pools a shared model's
+roles and turns into one group per task where agent_turn keeps each (task, role, turn)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mgrpo.training.team_ablate import arm_config, load_team_ablate
+from mgrpo.training.tree_round import at_grpo_samples
+from mgrpo.types import Trajectory
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+CONFIGS = sorted(EXAMPLES.glob("ablate_team_*.yaml"))
+
+
+def test_the_comparisons_have_configs():
+    assert [p.stem.removeprefix("ablate_team_") for p in CONFIGS] == [
+        "alpha", "grouping", "sharing_coder", "sharing_math", "single_agent", "swap"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_example_validates(path):
+    cfg = load_team_ablate(path)
+    assert cfg.test_tasks >= 200 and len(cfg.seeds) == 3 and cfg.warm_start is not None
+    for arm in cfg.arms:
+        run = arm_config(cfg, arm, 0)
+        assert run.flow.name == "turn_team" and run.algorithm == "at_grpo"
+        assert run.out_dir == str(Path(cfg.out_dir) / arm / "seed0")
+
+
+def test_arms_of_one_name_are_one_setting_across_configs():
+    seen: dict[tuple[str, str], str] = {}
+    for path in CONFIGS:
+        cfg = load_team_ablate(path)
+        for arm in cfg.arms:
+            run = arm_config(cfg, arm, 0).model_dump_json()
+            assert seen.setdefault((cfg.out_dir, arm), run) == run, (path.name, arm)
+
+
+def test_settings_of_the_arms():
+    alpha = load_team_ablate(EXAMPLES / "ablate_team_alpha.yaml")
+    assert [arm_config(alpha, a, 0).workflow.alpha for a in alpha.arms] == [0, 0.5, 1, 2]
+    single = load_team_ablate(EXAMPLES / "ablate_team_single_agent.yaml")
+    assert arm_config(single, "single", 0).workflow.roles == {"plan": "plan"}
+    for name in ("sharing_coder", "sharing_math"):
+        cfg = load_team_ablate(EXAMPLES / f"ablate_team_{name}.yaml")
+        roles = {a: set(arm_config(cfg, a, 0).workflow.roles.values()) for a in cfg.arms}
+        assert len(roles["specialised"]) == 2 and roles["shared"] == {"shared"}
+
+
+def test_bad_configs_are_refused_in_one_line(tmp_path):
+    data = yaml.safe_load((EXAMPLES / "ablate_team_grouping.yaml").read_text())
+    data["arms"]["shared_naive"]["workflow"]["grouping"] = "roles"
+    with pytest.raises(ValueError, match="arm shared_naive"):
+        load_team_ablate(tmp_path / "x.yaml", data)
+    data = yaml.safe_load((EXAMPLES / "ablate_team_swap.yaml").read_text())
+    del data["swap"]  # one arm and nothing to compare it with
+    with pytest.raises(ValueError, match="compares two arms or more"):
+        load_team_ablate(tmp_path / "x.yaml", data)
+
+
+def _traj(i: int, agent: str, turn: int, reward: float) -> Trajectory:
+    return Trajectory(traj_id=f"t{i}", round_id="r", query_id="q0", rollout=i % 2,
+                      agent=agent, model="shared", turn=turn, input_ids=[1, 2],
+                      response_mask=[0, 1], old_logprobs=[0.0, 0.0], reward=reward)
+
+
+def test_grouping_option_changes_the_group_keys():
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_grouping.yaml")
+    rows = [("tool_user", 0, 1.0), ("tool_user", 0, 0.0), ("reasoner", 0, 1.0),
+            ("reasoner", 0, 1.0), ("tool_user", 1, 2.0), ("tool_user", 1, 0.0)]
+    trajs = [_traj(i, *row) for i, row in enumerate(rows)]
+    groups = {}
+    for arm in ("shared", "shared_naive"):
+        samples, stats = at_grpo_samples(trajs, arm_config(cfg, arm, 0))
+        groups[arm] = (len(stats), [round(s.advantage, 3) for s in samples])
+    # agent_turn: (q0, tool_user, 0) [1, 0], (q0, reasoner, 0) [1, 1], (q0, tool_user, 1) [2, 0]
+    assert groups["shared"] == (3, [1.0, -1.0, 0.0, 0.0, 1.0, -1.0])
+    # naive: one group [1, 0, 1, 1, 2, 0] (mean 5/6 and its population std)
+    rewards = [r for _, _, r in rows]
+    mean = sum(rewards) / 6
+    std = (sum((r - mean) ** 2 for r in rewards) / 6) ** 0.5
+    assert groups["shared_naive"] == (1, [round((r - mean) / std, 3) for r in rewards])
