@@ -89,6 +89,19 @@ def test_scaling(tmp_path):
     assert {p["sub_agent_types"] for p in result["points"]} == {1, 2}
 
 
+def test_team_round(tmp_path):
+    run_bench("team_round.py", "--ks", "2", "--turns", "1", "--agents", "solo", "team",
+              "--b", "1", "--max-new-tokens", "4", "--warmup", "0",
+              "--out", str(tmp_path / "r.json"))
+    result = read_json(tmp_path / "r.json")
+    solo, team = result["rows"]
+    # B x K x turns x roles candidates; the team does twice the solo agent's work
+    assert (solo["candidates"], team["candidates"]) == (2, 4)
+    assert (solo["ratio"]["work"], team["ratio"]["work"]) == (1.0, 2.0)
+    assert solo["team_turns"] == team["team_turns"] == 1.0
+    assert all(v > 0 for v in team["phases"].values()) and result["peak_rss_mb"] > 0
+
+
 def test_async_round_embedded(tmp_path):
     run_bench("async_round.py", "--b", "1", "--k", "2", "--rounds", "1", "--repeats", "1",
               *SFT, "--out", str(tmp_path / "r.json"))
