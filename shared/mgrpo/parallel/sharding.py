@@ -8,6 +8,9 @@
   used for a LoRA model (its trainable adapter is tiny; FSDP2 over peft's frozen base is not
   tested here), whose ``fsdp`` is refused with a one-line error.
 
+The frozen KL reference of an FSDP2 job is sharded with the same :func:`shard`
+(:mod:`mgrpo.training.reference`).
+
 What this module does NOT do: start the process group (:mod:`mgrpo.parallel.ranks`) or move
 weights and optimizer state in and out (:mod:`mgrpo.parallel.checkpoint`).
 """

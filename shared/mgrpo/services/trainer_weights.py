@@ -47,7 +47,7 @@ class TrainedModel:
     optimizer: torch.optim.Optimizer | None
     version: int = 0
     ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
-    ref_key: tuple | None = None  # (run id, resolved path) ref_model was built for
+    ref_key: tuple | None = None  # (run id, resolved path, sharded) of ref_model
     ranks: object | None = None  # torchrun job (mgrpo.parallel.ranks.Ranks) or None
 
 

@@ -1,20 +1,31 @@
 """The frozen reference model of the KL term (``loss.kl_coef > 0``), for both modes.
 
 One per trained model, built on the first update that needs it and kept on the trainer's
-model record (``lm.ref_model``, with ``lm.ref_key`` = (run id, resolved reference path)): the
-embedded loop and the distributed trainer service call the same :func:`reference_for`, which
-loads it again when the key changes (a trainer service that moves on to another run, or a
-run whose ``ref_path`` changed), so no run is anchored to another run's reference. It is
-loaded from disk, never copied from the live model, so a resumed run or a restarted trainer
-gets the same reference as the first round: the model's ``ref_path`` if set (a local HF
-folder or a full-weight checkpoint version folder), else its starting ``path``. A LoRA model
-(``models.<m>.lora``) is its own reference: the same weights with the adapter disabled
-(:class:`AdapterDisabled`), no second copy.
+model record (``lm.ref_model``, with ``lm.ref_key`` = (run id, resolved reference path,
+sharded)): the embedded loop and the distributed trainer service call the same
+:func:`reference_for`, which loads it again when the key changes (a trainer service that
+moves on to another run, or a run whose ``ref_path`` changed), so no run is anchored to
+another run's reference. It is loaded from disk, never copied from the live model, so a
+resumed run or a restarted trainer gets the same reference as the first round: the model's
+``ref_path`` if set (a local HF folder or a full-weight checkpoint version folder), else its
+starting ``path``. A LoRA model (``models.<m>.lora``) is its own reference: the same weights
+with the adapter disabled (:class:`AdapterDisabled`), no second copy.
 
-Cost: a second copy of the weights (none for LoRA; no gradients, no optimizer state) in the
-trainer's process and one extra no-grad forward pass over each update's batch (docs/algorithm.md
-"KL reference" has the figures). What it does NOT do: serve the reference from another
-process.
+Data parallel (a rank of a torchrun trainer, :mod:`mgrpo.parallel.ranks`): the reference is
+sharded the way the policy is. Under FSDP2 (``sharded=True``) every rank loads it and
+shards it with the same ``fully_shard`` per decoder layer and root
+(:func:`mgrpo.parallel.sharding.shard`), so a rank holds about 1/N of its parameters and its
+forward all-gathers one layer at a time, as the policy's does. Under DDP it stays a whole
+replica on every rank (the policy is one there too; a frozen model has no gradients for DDP
+to synchronise). Either way each rank runs the reference over its own share of the batch
+(:func:`mgrpo.training.update.no_grad_logprobs`). With ``loss.kl_in_reward`` the reference
+scores the rewards on rank 0 alone, before the update (:func:`reward_kl_penalties`), so it
+is a whole model there (``sharded=False``).
+
+Cost: a second copy of the weights (1/N of them per rank under FSDP2; none for LoRA; no
+gradients, no optimizer state) and one extra no-grad forward pass over each update's batch
+(docs/algorithm.md "KL reference" has the figures). What it does NOT do: serve the
+reference from another process.
 """
 
 from __future__ import annotations
@@ -55,19 +66,24 @@ class AdapterDisabled:
             return self.peft_model(*args, **kwargs)
 
 
-def reference_key(model_cfg: ModelConfig, run_id: str | None) -> tuple[str | None, str]:
-    """What a reference is built from: the run and the resolved folder (``ref_path``, else
-    ``path``; symlinks and relative paths resolved, so two spellings of one folder agree)."""
-    return run_id, os.path.realpath(model_cfg.ref_path or model_cfg.path)
+def reference_key(model_cfg: ModelConfig, run_id: str | None,
+                  sharded: bool = False) -> tuple[str | None, str, bool]:
+    """What a reference is built from: the run, the resolved folder (``ref_path``, else
+    ``path``; symlinks and relative paths resolved, so two spellings of one folder agree) and
+    whether it is FSDP2-sharded over the ranks."""
+    return run_id, os.path.realpath(model_cfg.ref_path or model_cfg.path), sharded
 
 
 def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
-                  run_id: str | None = None) -> torch.nn.Module | None:
+                  run_id: str | None = None, sharded: bool = False) -> torch.nn.Module | None:
     """``lm``'s reference model when the KL is on (in the loss or the reward), else ``None``.
-    Built once per (``run_id``, resolved reference path): a new key loads it again."""
+    Built once per (``run_id``, resolved reference path, ``sharded``): a new key loads it
+    again. ``sharded``: this is one rank of an FSDP2 job (collective: every rank calls it
+    together); the reference is sharded with FSDP2 like the policy, and from then on its
+    forwards are collective too. Not for a LoRA model (its reference is the policy itself)."""
     if loss_cfg.kl_coef <= 0:
         return None
-    key = reference_key(model_cfg, run_id)
+    key = reference_key(model_cfg, run_id, sharded)
     ref = getattr(lm, "ref_model", None)
     if ref is not None and getattr(lm, "ref_key", None) == key:
         return ref
@@ -80,7 +96,12 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
         ref = load_reference(key[1], device)
         if model_cfg.dtype == "bfloat16":  # frozen: no float32 master copy needed
             ref = ref.to(torch.bfloat16)
-        log.info("model %s (run %s): KL reference loaded from %s", lm.name, run_id, key[1])
+        if sharded:
+            from mgrpo.parallel.sharding import shard
+
+            ref = shard(ref, "fsdp", str(device))
+        log.info("model %s (run %s): KL reference loaded from %s%s", lm.name, run_id, key[1],
+                 " (FSDP2-sharded over the ranks)" if sharded else "")
     lm.ref_model, lm.ref_key = ref, key
     return ref
 

@@ -16,6 +16,7 @@ from collections import defaultdict
 import torch
 
 from mgrpo.algo import auto_d
+from mgrpo.parallel.sharding import is_sharded
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
 from mgrpo.training.reference import (
@@ -175,10 +176,12 @@ def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
     ``shard`` = (rank, world) when it is one rank of a data-parallel update."""
     mcfg = cfg.models[lm.name]
     generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
+    sharded = shard[1] > 1 and is_sharded(lm.model)  # FSDP2: the reference is sharded too
     update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
                            cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
                            norm_length=cfg.loss_norm_length(),
-                           ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name)
+                           ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name,
+                                                   sharded=sharded)
                            if cfg.loss.kl_in_loss() else None,
                            temperature=cfg.sampling.temperature, shard=shard,
                            total_steps=cfg.optimizer_steps(lm.name))

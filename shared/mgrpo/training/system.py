@@ -38,7 +38,7 @@ class LoadedModel:
     optimizer: torch.optim.Optimizer | None = None
     version: int = 0
     ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
-    ref_key: tuple | None = None  # (run id, resolved path) ref_model was built for
+    ref_key: tuple | None = None  # (run id, resolved path, sharded) of ref_model
 
 
 @dataclass

@@ -23,7 +23,8 @@ gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose red
 so the average equals the single-process sum. Every rank makes the same number of backward
 passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
 The no-grad passes (pi_old, the reference) are split over the ranks the same way, then
-all-reduced (:func:`no_grad_logprobs`).
+all-reduced (:func:`no_grad_logprobs`); the reference itself is sharded like the policy (an
+FSDP2 module under FSDP2: :mod:`mgrpo.training.reference`).
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
@@ -228,6 +229,8 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         if loss_cfg.kl_in_loss():  # each rank computes its share of the rows (then shares)
             ref = no_grad_logprobs(ref_model, batch, torch.arange(len(samples)), model_cfg,
                                    temperature, shard)
+            if hasattr(ref_model, "reshard"):  # FSDP2 keeps the root's parameters gathered
+                ref_model.reshard()  # after a forward (for a backward): free them now
     model.train()
     totals = UpdateTotals()
     totals.epochs = model_cfg.ppo_epochs
