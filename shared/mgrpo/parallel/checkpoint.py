@@ -92,7 +92,6 @@ def load_weights(lm, checkpoint: tuple[str, int] | None, source: str,
 
 def optimizer_entry(version_uri: str) -> dict | None:
     """The manifest's ``extra.optimizer`` of a checkpoint (None: saved without one)."""
-
     with fsspec.open(f"{version_uri.rstrip('/')}/{folders.MANIFEST}", "rb") as handle:
         return json.loads(handle.read()).get("extra", {}).get("optimizer") or None
 
