@@ -12,15 +12,16 @@ Plan-Path:
   ``plan_path`` with one model playing both roles.
 
 Every config of the product is a fresh system (models loaded, SQLite store) that plays
-``--warmup`` untimed rounds, then the timed one. Per config: the round's wall time and its
-phases (``rollout_s``: tree play, K requests per live episode and role each team turn;
-``ingest_s``: the candidates into the store; ``update_s``: each model's AT-GRPO update;
-``weight_sync_s``: checkpoint and optimizer state written), the candidates sampled and
-tokens generated, the load average before and after; its ratios to the smallest config (the
-first of the product) beside the work ratio ``K x turns x roles / that of the smallest``.
-Then least-squares slopes of each time on ``K x turns x roles`` (candidates per task), the
-process's peak resident memory and the machine (load included: on a shared machine wall
-times move with it).
+``--warmup`` untimed rounds, then the timed one. Per config: the round's wall time, this
+process's CPU seconds in it (``cpu_s``: on a loaded machine closer to a quiet machine's
+wall time than the wall time is) and its phases (``rollout_s``: tree play, K requests per
+live episode and role each team turn; ``ingest_s``: the candidates into the store;
+``update_s``: each model's AT-GRPO update; ``weight_sync_s``: checkpoint and optimizer
+state written), the candidates sampled and tokens generated, the load average before and
+after; its ratios to the smallest config (the first of the product) beside the work ratio
+``K x turns x roles / that of the smallest``. Then least-squares slopes of each time on
+``K x turns x roles`` (candidates per task), the process's peak resident memory and the
+machine (load included: on a shared machine wall times move with it).
 
 What it does NOT do: the services' mode (a turn_team run trains embedded only), warm-started
 models (the tool role's text is not code, so the sandbox is not run: tree play here is
@@ -88,16 +89,16 @@ def one_config(tiny: Path, root: Path, agents: str, k: int, turns: int, args) ->
     for index in range(args.warmup):
         run_team_round(system, store, cfg.name, index, pool)
     load_before = os.getloadavg()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     metrics = run_team_round(system, store, cfg.name, args.warmup, pool)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     round_id = f"{cfg.name}-r{args.warmup:04d}"
     candidates = sum(len(store.round_trajectories(round_id, m)) for m in system.models)
     store.close()
     roles = len(AGENTS[agents][1])
     return {"agents": agents, "roles": roles, "models": len(system.models), "K": k,
             "turns": turns, "B": args.b, "work": k * turns * roles,
-            "wall_s": round(wall, 4),
+            "wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
             "phases": {p: round(metrics[f"time/{p}"], 4) for p in PHASES},
             "candidates": candidates,
             "generated_tokens": int(metrics["rollout/generated_tokens"]),
@@ -113,6 +114,7 @@ def summarize(rows: list[dict]) -> dict:
     for row in rows:
         row["ratio"] = {"work": round(row["work"] / base["work"], 3),
                         "wall": round(row["wall_s"] / base["wall_s"], 3),
+                        "cpu": round(row["cpu_s"] / base["cpu_s"], 3),
                         **{p: round(row["phases"][p] / base["phases"][p], 3)
                            if base["phases"][p] > 0 else None for p in PHASES}}
 
@@ -121,6 +123,7 @@ def summarize(rows: list[dict]) -> dict:
         return None if value is None else round(value, 5)
 
     return {"wall_s_per_work": fit(lambda r: r["wall_s"]),
+            "cpu_s_per_work": fit(lambda r: r["cpu_s"]),
             **{f"{p}_per_work": fit(lambda r, p=p: r["phases"][p]) for p in PHASES},
             "generated_tokens_per_work": fit(lambda r: r["generated_tokens"])}
 
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                   sorted(args.turns)):
             rows.append(one_config(tiny, Path(tmp), agents, k, turns, args))
             print(json.dumps({key: rows[-1][key] for key in
-                              ("agents", "K", "turns", "wall_s", "phases", "load_avg_after")}),
+                              ("agents", "K", "turns", "wall_s", "cpu_s", "phases",
+                                         "load_avg_after")}),
                   flush=True)
     result = {"bench": "team_round", "world": "plan_path", "B": args.b,
               "max_new_tokens": args.max_new_tokens, "size": args.size, "warmup": args.warmup,

@@ -99,7 +99,8 @@ def test_team_round(tmp_path):
     assert (solo["candidates"], team["candidates"]) == (2, 4)
     assert (solo["ratio"]["work"], team["ratio"]["work"]) == (1.0, 2.0)
     assert solo["team_turns"] == team["team_turns"] == 1.0
-    assert all(v > 0 for v in team["phases"].values()) and result["peak_rss_mb"] > 0
+    assert all(v > 0 for v in team["phases"].values()) and team["cpu_s"] > 0
+    assert result["peak_rss_mb"] > 0
 
 
 def test_async_round_embedded(tmp_path):
