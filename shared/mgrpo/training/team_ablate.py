@@ -266,7 +266,7 @@ def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
               "| comparison | difference | 95% interval | excludes 0 |",
               "| --- | ---: | ---: | --- |"]
     first = cfg.first()
-    others = [(first, a) for a in results if a != first]
+    others = [(first, a) for a in cfg.arms if a != first and a in results]
     others += [(a, f"{a}+swapped") for a in cfg.arms if f"{a}+swapped" in results]
     for a, b in others:
         sa, sb = task_scores(results[a]), task_scores(results[b])

@@ -86,3 +86,27 @@ def test_grouping_option_changes_the_group_keys():
     mean = sum(rewards) / 6
     std = (sum((r - mean) ** 2 for r in rewards) / 6) ** 0.5
     assert groups["shared_naive"] == (1, [round((r - mean) / std, 3) for r in rewards])
+
+
+def test_report_pairs_each_arm_with_the_baseline_and_its_swapped_team_once(tmp_path):
+    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.training.team_round import write_task_scores
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_math.yaml")
+    cfg = cfg.model_copy(update={"swap": ["tool_user", "reasoner"], "seeds": [0]})
+    scores = {"specialised": [1, 1, 0, 1], "shared": [0, 1, 0, 0],
+              "specialised+swapped": [0, 0, 0, 0]}
+    results = {}
+    for arm, vals in scores.items():
+        out = tmp_path / arm
+        out.mkdir()
+        write_task_scores(out, {f"task{i}": float(v) for i, v in enumerate(vals)})
+        acc = {"eval/greedy/accuracy": sum(vals) / 4}
+        results[arm] = [{"seed": 0, "before": {} if "+" in arm else acc, "after": acc,
+                         "out_dir": str(out)}]
+    text = team_markdown(cfg, results, 60.0)
+    rows = [line for line in text.splitlines() if line.startswith("| specialised -")]
+    assert [r.split(" | ")[:2] for r in rows] == [["| specialised - shared", "+0.500"],
+                                                  ["| specialised - specialised+swapped",
+                                                   "+0.750"]]
+    assert "| specialised+swapped | - | 0.000 ± nan |" in text
