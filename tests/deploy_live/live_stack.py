@@ -161,6 +161,9 @@ def write_project(folder: Path) -> dict[str, str]:
            "DEPLOY_SEARCHER_ENGINE": "services_testkit:scripted_engine",
            "PYTHONPATH": "/models/testkit",
            "MGRPO_TRAINER_LEASE_S": "5",
+           # the kill test starts a round while the searcher's trainer is stopped, on
+           # purpose (its trajectories wait in its queue): POST /v1/rounds must create it
+           "MGRPO_ROUND_NEEDS_WORKERS": "false",
            "MGRPO_LOG_LEVEL": "INFO"}
     (folder / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     return env
