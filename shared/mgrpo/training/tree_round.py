@@ -47,7 +47,8 @@ def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sampl
     turns = torch.tensor([int(t.turn) for t in trajs])
     adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
                              eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling,
-                             grouping=cfg.workflow.grouping)
+                             grouping=(cfg.workflow.grouping if cfg.workflow is not None
+                                       else "agent_turn"))
     samples = [Sample(t, float(a), float(r))
                for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
                if keep]

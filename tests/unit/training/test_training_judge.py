@@ -139,15 +139,16 @@ def test_build_expert_judges_uses_any_engine(bench, tiny_dir, tokenizer, tmp_pat
     """An agent's model -> the engine already loaded for it (shared with sampling); a separate
     judge model -> loaded here from its path, frozen; a url -> a remote OpenAI-compatible
     server; roles not listed -> the rule judge."""
-    models = {m: {"path": str(tiny_dir)} for m in ("planner", "searcher", "coder")}
+    models = {m: {"path": str(tiny_dir)} for m in ("planner", "searcher", "coder_model")}
     models["judge"] = {"path": str(tiny_dir), "trainable": False}
     cfg = RunConfig.model_validate({"models": models, "agents": {
-        "planner": "planner", "searcher": "searcher", "coder": "coder", "writer": "coder"},
+        "planner": "planner", "searcher": "searcher", "coder": "coder_model",
+        "writer": "coder_model"},
         "role_tools": {"writer": "python"}, "judges": {
             "searcher": {"kind": "llm", "model": "searcher"},
             "coder": {"kind": "llm", "model": "judge"},
             "writer": {"kind": "llm", "model": "judge", "url": "http://judge:8000/v1"}}})
-    assert cfg.trained_models() == ["planner", "searcher", "coder"]
+    assert cfg.trained_models() == ["planner", "searcher", "coder_model"]
     own = ScriptedEngine(tokenizer, text_responder(tokenizer, _reply))
     judges = build_expert_judges(cfg, bench, {"searcher": (own, tokenizer)})
     assert judges.for_role("searcher").engine is own
