@@ -5,8 +5,8 @@ from mgrpo.envs.worlds import (  # noqa: F401 - each registers its world
     coder_tester,
     math_team,
     plan_path,
-    solo,
     sokoban,
+    solo,
     sudoku4,
 )
 from mgrpo.envs.worlds.base import (
