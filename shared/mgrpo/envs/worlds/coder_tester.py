@@ -32,15 +32,13 @@ import re
 from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
-from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.coder_tasks import assert_text, draw_task
 from mgrpo.envs.worlds.kit import (
-    MAX_ACTION_CHARS,
+    KitWorld,
     clip,
     code_of,
-    default_executor,
     run_harness,
-    seeded_tasks,
 )
 
 MAX_TESTS = 20
@@ -119,28 +117,15 @@ def read_tests(text: str, name: str) -> tuple[list[str], str]:
 
 
 @register_world("coder_tester")
-class CoderTesterWorld:
+class CoderTesterWorld(KitWorld):
     name = "coder_tester"
     roles = ("tester", "coder")
     stops = {"tester": (T.TOOL_CLOSE,), "coder": (T.TOOL_CLOSE,)}  # where a turn ends
 
+    draw = staticmethod(draw_task)
+
     def __init__(self, sandbox: Any = None, max_turns: int = 3, timeout_s: float = 3.0):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.max_turns = max_turns
-        self.timeout_s = timeout_s
-        self._sandbox = sandbox
-
-    @property
-    def sandbox(self):
-        if self._sandbox is None:
-            self._sandbox = default_executor()
-        return self._sandbox
-
-    def tasks(self, split: str, n: int, seed: int) -> list[WorldTask]:
-        return [WorldTask(task_id=task_id, split=split, statement=t.statement,
-                          solution=t.solution, data=t.data)
-                for task_id, t in seeded_tasks(self.name, split, n, seed, draw_task)]
+        super().__init__(sandbox, max_turns, timeout_s)
 
     def reset(self, task: WorldTask) -> WorldState:
         return WorldState(task=task, data={"team_turn": 0, "tests": [], "code": "",
@@ -164,24 +149,13 @@ class CoderTesterWorld:
                       f"You are the coder. Write the function {name} as <tool>code</tool>."]
         return "\n\n".join(parts)
 
-    def act(self, state: WorldState, role: str, action: str) -> Turn:
-        self._check_role(role)
-        if state.done:
-            raise ValueError("the episode is over; reset() a new one")
-        observation = self.observe(state, role)
-        action = action[:MAX_ACTION_CHARS]
+    def play(self, state: WorldState, role: str, action: str) -> tuple[float, str]:
         if role == "tester":
-            reward, feedback = self._tester(state, action)
-        else:
-            reward, feedback = self._coder(state, action)
-        turn = Turn(index=state.team_turn, role=role, observation=observation, action=action,
-                    reward=reward, feedback=feedback)
-        state.turns.append(turn)
-        if role == self.roles[-1]:
-            state.data["team_turn"] = state.team_turn + 1
-        if state.data["hidden_pass"] == 1.0 or state.team_turn >= self.max_turns:
-            state.done = True
-        return turn
+            return self._tester(state, action)
+        return self._coder(state, action)
+
+    def solved(self, state: WorldState) -> bool:
+        return state.data["hidden_pass"] == 1.0
 
     def _run(self, code: str, tests: list[str], name: str) -> tuple[dict | None, str]:
         limit = round(max(0.05, self.timeout_s / (len(tests) + 4)), 3)
@@ -242,8 +216,3 @@ class CoderTesterWorld:
         tests = "\n".join(assert_text(name, t["args"], t["expected"])
                           for t in state.task.data["expert_tests"])
         return f"{T.TOOL_OPEN}{tests}{T.TOOL_CLOSE}"
-
-    def _check_role(self, role: str) -> None:
-        if role not in self.roles:
-            raise ValueError(f"unknown role {role!r} in world {self.name!r}; roles: "
-                             f"{', '.join(self.roles)}")

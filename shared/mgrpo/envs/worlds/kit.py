@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask
 from mgrpo.sandbox.types import ExecRequest
 from mgrpo.tools.python import Executor, refusal_of
 
@@ -166,3 +167,56 @@ def run_harness(executor: Executor, build: Callable[[str], str], timeout_s: floa
         return None, f"error: {result.status.replace('_', ' ')}"
     lines = [ln.strip() for ln in result.stderr.splitlines() if ln.strip()]
     return None, clip(lines[-1] if lines else "error: the code ended before the tests ran", 300)
+
+
+class KitWorld:
+    """What the kit's worlds share: the sandbox made on first use, seeded tasks through
+    :func:`seeded_tasks`, and one action's bookkeeping (:meth:`act`). A world sets ``name``,
+    ``roles``, ``draw`` (``rng -> task`` with ``statement``, ``solution``, ``data``) and
+    implements ``observe``, ``play`` (one role's action -> (local reward, feedback)) and
+    ``solved``."""
+
+    name: str
+    roles: tuple[str, ...]
+    draw: Callable[[random.Random], Any]
+
+    def __init__(self, sandbox: Any = None, max_turns: int = 3, timeout_s: float = 2.0):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self._sandbox = sandbox
+
+    @property
+    def sandbox(self):
+        if self._sandbox is None:
+            self._sandbox = default_executor()
+        return self._sandbox
+
+    def tasks(self, split: str, n: int, seed: int) -> list[WorldTask]:
+        return [WorldTask(task_id=task_id, split=split, statement=t.statement,
+                          solution=t.solution, data=t.data)
+                for task_id, t in seeded_tasks(self.name, split, n, seed, type(self).draw)]
+
+    def act(self, state: WorldState, role: str, action: str) -> Turn:
+        """Apply ``role``'s action (cut at :data:`MAX_ACTION_CHARS`): its :class:`Turn`, the
+        team turn advanced after the last role, ``state.done`` when solved or out of turns."""
+        self._check_role(role)
+        if state.done:
+            raise ValueError("the episode is over; reset() a new one")
+        observation = self.observe(state, role)
+        action = action[:MAX_ACTION_CHARS]
+        reward, feedback = self.play(state, role, action)
+        turn = Turn(index=state.team_turn, role=role, observation=observation, action=action,
+                    reward=reward, feedback=feedback)
+        state.turns.append(turn)
+        if role == self.roles[-1]:
+            state.data["team_turn"] = state.team_turn + 1
+        if self.solved(state) or state.team_turn >= self.max_turns:
+            state.done = True
+        return turn
+
+    def _check_role(self, role: str) -> None:
+        if role not in self.roles:
+            raise ValueError(f"unknown role {role!r} in world {self.name!r}; roles: "
+                             f"{', '.join(self.roles)}")

@@ -42,8 +42,8 @@ from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.arith import evaluate_arithmetic
 from mgrpo.envs.kg import _name_pool
 from mgrpo.envs.questions import ARITHS, COMPARES, FOUNDER_AGE
-from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask, register_world
-from mgrpo.envs.worlds.kit import MAX_ACTION_CHARS, clip, code_of, seeded_tasks, tagged
+from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.kit import KitWorld, clip, code_of, tagged
 
 KINDS = ("compare", "arith", "founder_age")
 _RANGES = {"population": (1000, 99999), "founded": (1100, 1900), "birth year": (1940, 1999),
@@ -112,20 +112,15 @@ def expression_of(action: str) -> str:
 
 
 @register_world("math_team")
-class MathTeamWorld:
+class MathTeamWorld(KitWorld):
     name = "math_team"
     roles = ("tool_user", "reasoner")
     stops = {"tool_user": (T.TOOL_CLOSE,), "reasoner": (T.ANSWER_CLOSE,)}  # where a turn ends
 
-    def __init__(self, sandbox: Any = None, max_turns: int = 2):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.max_turns = max_turns
+    draw = staticmethod(_draw)
 
-    def tasks(self, split: str, n: int, seed: int) -> list[WorldTask]:
-        return [WorldTask(task_id=task_id, split=split, statement=t.statement,
-                          solution=t.solution, data=t.data)
-                for task_id, t in seeded_tasks(self.name, split, n, seed, _draw)]
+    def __init__(self, sandbox: Any = None, max_turns: int = 2):
+        super().__init__(None, max_turns)  # the safe evaluator is its tool: no sandbox
 
     def reset(self, task: WorldTask) -> WorldState:
         return WorldState(task=task, data={"team_turn": 0, "expression": "", "value": "",
@@ -147,24 +142,13 @@ class MathTeamWorld:
                          "or the name the question asks for).")
         return "\n\n".join(parts)
 
-    def act(self, state: WorldState, role: str, action: str) -> Turn:
-        self._check_role(role)
-        if state.done:
-            raise ValueError("the episode is over; reset() a new one")
-        observation = self.observe(state, role)
-        action = action[:MAX_ACTION_CHARS]
+    def play(self, state: WorldState, role: str, action: str) -> tuple[float, str]:
         if role == "tool_user":
-            reward, feedback = self._tool(state, action)
-        else:
-            reward, feedback = self._reason(state, action)
-        turn = Turn(index=state.team_turn, role=role, observation=observation, action=action,
-                    reward=reward, feedback=feedback)
-        state.turns.append(turn)
-        if role == self.roles[-1]:
-            state.data["team_turn"] = state.team_turn + 1
-        if state.data["answer"] is not None or state.team_turn >= self.max_turns:
-            state.done = True
-        return turn
+            return self._tool(state, action)
+        return self._reason(state, action)
+
+    def solved(self, state: WorldState) -> bool:
+        return state.data["answer"] is not None
 
     def _tool(self, state: WorldState, action: str) -> tuple[float, str]:
         expression = expression_of(action)
@@ -199,8 +183,3 @@ class MathTeamWorld:
         if role == "tool_user":
             return f"{T.TOOL_OPEN}{state.task.data['expression']}{T.TOOL_CLOSE}"
         return f"<answer>{state.task.solution}</answer>"
-
-    def _check_role(self, role: str) -> None:
-        if role not in self.roles:
-            raise ValueError(f"unknown role {role!r} in world {self.name!r}; roles: "
-                             f"{', '.join(self.roles)}")

@@ -37,14 +37,12 @@ import re
 from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
-from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.kit import (
-    MAX_ACTION_CHARS,
+    KitWorld,
     clip,
     code_of,
-    default_executor,
     run_code,
-    seeded_tasks,
     tagged,
 )
 
@@ -264,28 +262,15 @@ def _task(rows: list[str], key: str, n_boxes: int) -> WorldTask | None:
 
 
 @register_world("sokoban")
-class SokobanWorld:
+class SokobanWorld(KitWorld):
     name = "sokoban"
     roles = ("tool", "plan")
     stops = {"tool": (T.TOOL_CLOSE,), "plan": (T.ANSWER_CLOSE,)}  # where a turn ends
 
+    draw = staticmethod(_draw)
+
     def __init__(self, sandbox: Any = None, max_turns: int = 3, timeout_s: float = 2.0):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.max_turns = max_turns
-        self.timeout_s = timeout_s
-        self._sandbox = sandbox
-
-    @property
-    def sandbox(self):
-        if self._sandbox is None:
-            self._sandbox = default_executor()
-        return self._sandbox
-
-    def tasks(self, split: str, n: int, seed: int) -> list[WorldTask]:
-        made = seeded_tasks(self.name, split, n, seed, _draw)
-        return [WorldTask(task_id=task_id, split=split, statement=t.statement,
-                          solution=t.solution, data=t.data) for task_id, t in made]
+        super().__init__(sandbox, max_turns, timeout_s)
 
     def reset(self, task: WorldTask) -> WorldState:
         return WorldState(task=task, data={"team_turn": 0, "grid": list(task.data["grid"]),
@@ -308,24 +293,13 @@ class SokobanWorld:
                          "plan agent. Answer with the moves, e.g. <answer>R R D</answer>.")
         return "\n\n".join(parts)
 
-    def act(self, state: WorldState, role: str, action: str) -> Turn:
-        self._check_role(role)
-        if state.done:
-            raise ValueError("the episode is over; reset() a new one")
-        observation = self.observe(state, role)
-        action = action[:MAX_ACTION_CHARS]
+    def play(self, state: WorldState, role: str, action: str) -> tuple[float, str]:
         if role == "tool":
-            reward, feedback = self._tool(state, action)
-        else:
-            reward, feedback = self._plan(state, action)
-        turn = Turn(index=state.team_turn, role=role, observation=observation, action=action,
-                    reward=reward, feedback=feedback)
-        state.turns.append(turn)
-        if role == self.roles[-1]:
-            state.data["team_turn"] = state.team_turn + 1
-        if Board(state.data["grid"]).solved() or state.team_turn >= self.max_turns:
-            state.done = True
-        return turn
+            return self._tool(state, action)
+        return self._plan(state, action)
+
+    def solved(self, state: WorldState) -> bool:
+        return Board(state.data["grid"]).solved()
 
     def _tool(self, state: WorldState, action: str) -> tuple[float, str]:
         code = f"GRID = {state.data['grid']!r}\n" + code_of(action)
@@ -371,8 +345,3 @@ class SokobanWorld:
         if role == "tool":
             return f"{T.TOOL_OPEN}{EXPERT_TOOL_CODE}{T.TOOL_CLOSE}"
         return f"{T.ANSWER_OPEN}{' '.join(solve(state.data['grid']) or '')}{T.ANSWER_CLOSE}"
-
-    def _check_role(self, role: str) -> None:
-        if role not in self.roles:
-            raise ValueError(f"unknown role {role!r} in world {self.name!r}; roles: "
-                             f"{', '.join(self.roles)}")
