@@ -83,16 +83,16 @@ def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator
     return kl_penalty(logprobs, ref_logprobs, estimator)
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
+def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` over ``mask`` (0 when the mask is empty), a 0-d tensor: no host read."""
     keep = mask.bool()
-    count = keep.sum()
     total = torch.where(keep, values, torch.zeros_like(values)).sum()
-    return float(total / count) if count > 0 else 0.0
+    return total / keep.sum().clamp(min=1)
 
 
 def _metrics(log_ratio: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float,
-             ) -> dict[str, float]:
-    """Diagnostics over the unmasked tokens, beside the loss (as in cleanrl)."""
+             ) -> dict[str, Tensor]:
+    """Diagnostics over the unmasked tokens, beside the loss (as in cleanrl); 0-d float64."""
     with torch.no_grad():
         m = mask.to(torch.float64)
         rho = log_ratio.double().exp()
@@ -107,11 +107,11 @@ def _metrics(log_ratio: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_h
             # cleanrl's estimator of KL(old || new): mean((rho - 1) - log rho) >= 0
             "approx_kl": _masked_mean((rho - 1) - log_ratio.double(), m),
             "ratio_mean": _masked_mean(rho, m),
-            "ratio_max": float(torch.where(m > 0, rho, torch.zeros_like(rho)).max())
-            if m.numel() else 0.0,
+            "ratio_max": torch.where(m > 0, rho, torch.zeros_like(rho)).max()
+            if m.numel() else torch.zeros((), dtype=torch.float64, device=m.device),
             "adv_mean": adv_mean,
-            "adv_std": adv_var ** 0.5,
-            "num_tokens": float(m.sum()),
+            "adv_std": adv_var.sqrt(),
+            "num_tokens": m.sum(),
         }
 
 
@@ -144,7 +144,7 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
                 kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3+",
                 entropy: Tensor | None = None, norm_length: int | None = None,
                 is_weights: Tensor | None = None, entropy_coef: float = 0.0,
-                ) -> tuple[Tensor, dict[str, float]]:
+                tensor_metrics: bool = False) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss of GRPO/M-GRPO at token level (Eq. 14-19; DAPO clip-higher).
 
     ``l = max(-A*rho, -A*clip(rho, 1-eps_low, 1+eps_high)) + kl_coef * kl``, aggregated by
@@ -168,6 +168,9 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
             importance sampling pi_old / pi_rollout, :mod:`mgrpo.algo.rollout_correction`);
             ``None`` = 1. The KL term is not weighted.
         entropy_coef: weight of the entropy bonus (default 0; verl ``entropy_coeff``).
+        tensor_metrics: the metrics as detached 0-d float64 tensors on the loss's device
+            instead of floats: no host read, so a GPU's micro-batch loop keeps the device
+            busy (the default reads them all back in one copy).
 
     Returns:
         (loss scalar, metrics): loss, pg_loss, clipfrac_low, clipfrac_high, clipfrac,
@@ -204,6 +207,9 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
             loss = loss - entropy_coef * aggregate_loss(ent, mask, agg, norm_length=norm_length)
     elif entropy_coef != 0:
         raise ValueError(f"entropy_coef={entropy_coef} needs entropy (B, T) with its gradient")
-    metrics["pg_loss"] = float(pg_loss.detach())
-    metrics["loss"] = float(loss.detach())
-    return loss, metrics
+    metrics["pg_loss"] = pg_loss.detach().double()
+    metrics["loss"] = loss.detach().double()
+    if tensor_metrics:
+        return loss, metrics
+    host = torch.stack(list(metrics.values())).tolist()
+    return loss, dict(zip(metrics, host, strict=True))

@@ -301,14 +301,15 @@ def _mini_batch_step(model, optimizer, batch: dict, idx: torch.Tensor, rollout, 
                 ref_logprobs=None if ref is None else ref[sel],
                 kl_coef=0.0 if ref is None else loss_cfg.kl_coef,
                 kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
-                entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef)
+                entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef,
+                tensor_metrics=True)
             share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
             share = share if real else share * 0.0
             (loss * (share * world) if world > 1 else loss * share).backward()
-        totals.add_micro(metrics, float(share), float(m.sum()) if real else 0.0)
+        totals.add_micro(metrics, share, m.sum() if real else 0.0)  # tensors: no host read
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
     set_step_lr(optimizer, model_cfg, total_steps)
     optimizer.step()
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
-    totals.add_step(float(grad_norm))
+    totals.add_step(grad_norm.detach())

@@ -12,6 +12,10 @@ averaged), so here every key is combined by what it is:
 - every other key (clip fractions, ``approx_kl``, ``ratio_mean``, ``adv_mean``, ``kl``,
   ``entropy``): the token-weighted mean over all trained tokens.
 
+Values may be 0-d tensors on the model's device (``policy_loss(..., tensor_metrics=True)``):
+they are summed there and read back to the host once, in :meth:`UpdateTotals.result` or
+:meth:`UpdateTotals.all_reduce`, so a GPU's micro-batch loop never waits for the host.
+
 Data parallel: :meth:`UpdateTotals.all_reduce` sums (maxima: max) over the ranks. Not here:
 the per-agent rollout metrics (``mgrpo.algo.rollout_correction``), which see the whole batch.
 """
@@ -35,15 +39,18 @@ class UpdateTotals:
         self.steps = 0
         self.epochs = 1
 
-    def add_micro(self, metrics: dict[str, float], share: float, tokens: float) -> None:
+    def add_micro(self, metrics: dict[str, float | torch.Tensor], share: float | torch.Tensor,
+                  tokens: float | torch.Tensor) -> None:
         """One micro-batch's :func:`policy_loss` metrics: ``share`` its weight in the step's
-        loss, ``tokens`` its trained tokens (0 for a padding pass of a short rank)."""
+        loss, ``tokens`` its trained tokens (0 for a padding pass of a short rank). Floats or
+        0-d tensors; nothing here reads a tensor back to the host."""
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.double()
         for key, value in metrics.items():
             if key in PER_STEP:
                 self.per_step[key] += value * share
             elif key in MAXIMA:
-                if tokens > 0:
-                    self.maxima[key] = max(self.maxima[key], value)
+                self.maxima[key] = _masked_max(self.maxima[key], value, tokens)
             elif key == "adv_std":
                 mean = metrics.get("adv_mean", 0.0)
                 self.weighted["adv_sq"] += (value * value + mean * mean) * tokens
@@ -51,7 +58,9 @@ class UpdateTotals:
                 self.weighted[key] += value * tokens
         self.tokens += tokens
 
-    def add_step(self, grad_norm: float) -> None:
+    def add_step(self, grad_norm: float | torch.Tensor) -> None:
+        if isinstance(grad_norm, torch.Tensor):
+            grad_norm = grad_norm.double()
         self.per_step["grad_norm"] += grad_norm
         self.steps += 1
 
@@ -60,6 +69,7 @@ class UpdateTotals:
         every rank, so its sum is divided by ``world``; maxima are reduced by max."""
         import torch.distributed as dist
 
+        self._to_host()
         summed = sorted(self.weighted)
         steps = sorted(self.per_step)
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces GPU tensors
@@ -77,7 +87,25 @@ class UpdateTotals:
         dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
         self.maxima = {k: float(v) for k, v in zip(MAXIMA, maxima, strict=True)}
 
+    def _to_host(self) -> None:
+        """Every accumulated tensor read back as a float, in one device-to-host copy."""
+        slots = [(d, k) for d in (self.weighted, self.maxima, self.per_step) for k in d
+                 if isinstance(d[k], torch.Tensor)]
+        values = [d[k] for d, k in slots]
+        if isinstance(self.tokens, torch.Tensor):
+            slots.append((None, "tokens"))
+            values.append(self.tokens)
+        if not values:
+            return
+        host = torch.stack([v.detach().double().reshape(()) for v in values]).tolist()
+        for (d, k), value in zip(slots, host, strict=True):
+            if d is None:
+                self.tokens = value
+            else:
+                d[k] = value
+
     def result(self) -> dict[str, float]:
+        self._to_host()
         out = {key: value / max(self.steps, 1) for key, value in self.per_step.items()}
         tokens = max(self.tokens, 1.0)
         means = {key: value / tokens for key, value in self.weighted.items() if key != "adv_sq"}
@@ -88,3 +116,13 @@ class UpdateTotals:
         out.update(self.maxima)
         out["num_tokens"] = self.tokens / self.epochs
         return out
+
+
+def _masked_max(current: float | torch.Tensor, value: float | torch.Tensor,
+                tokens: float | torch.Tensor) -> float | torch.Tensor:
+    """``max(current, value)`` where the micro-batch trained tokens, else ``current``."""
+    if not any(isinstance(x, torch.Tensor) for x in (current, value, tokens)):
+        return max(current, value) if tokens > 0 else current
+    value, tokens = torch.as_tensor(value).double(), torch.as_tensor(tokens)
+    current = torch.as_tensor(current, dtype=torch.float64, device=value.device)
+    return torch.where(tokens.to(value.device) > 0, torch.maximum(current, value), current)

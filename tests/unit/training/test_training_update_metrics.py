@@ -51,3 +51,44 @@ def test_pi_old_is_computed_without_dropout(tiny_dir):
     samples = _samples(model, tok)
     metrics = _update(tiny_dir, samples, micro=4, mini_batches=1, model=model)
     assert metrics["planner/rollout_logp_diff_max"] < 1e-4
+
+
+def test_micro_batch_metrics_stay_on_the_device(monkeypatch):
+    """With ``tensor_metrics=True`` the loss's metrics and their totals are read back to the
+    host only in ``result()``, once: a GPU's micro-batch loop never waits for a host read.
+    The totals equal those of the float path exactly."""
+    from mgrpo.algo import policy_loss
+    from mgrpo.training.update_metrics import UpdateTotals
+
+    gen = torch.Generator().manual_seed(3)
+    parts = []
+    for rows in (2, 3):
+        logp = torch.randn(rows, 6, generator=gen) * 0.1 - 1.0
+        old = logp + torch.randn(rows, 6, generator=gen) * 0.2
+        mask = (torch.rand(rows, 6, generator=gen) > 0.3).float()
+        ref = logp + 0.05
+        parts.append((logp.requires_grad_(), old, torch.randn(rows, generator=gen), mask, ref))
+
+    def totals(tensor_metrics: bool) -> UpdateTotals:
+        out = UpdateTotals()
+        for logp, old, adv, mask, ref in parts:
+            _, metrics = policy_loss(logp, old, adv, mask, ref_logprobs=ref, kl_coef=0.1,
+                                     entropy=-logp.detach(), tensor_metrics=tensor_metrics)
+            share = mask.sum() / 20
+            out.add_micro(metrics, share if tensor_metrics else float(share),
+                          mask.sum() if tensor_metrics else float(mask.sum()))
+        out.add_step(torch.tensor(1.5) if tensor_metrics else 1.5)
+        return out
+
+    expected = totals(False).result()
+    reads = []
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k:
+                            reads.append(_n) or _o(self, *a, **k))
+    on_device = totals(True)
+    assert reads == []  # nothing read back while the micro-batches run
+    got = on_device.result()
+    assert reads == ["tolist"]  # one copy for all of them
+    assert got == expected
+    assert got["num_tokens"] == float(sum(p[3].sum() for p in parts))
