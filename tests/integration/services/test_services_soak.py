@@ -7,7 +7,7 @@ recorded weights and optimizer state).
 
 In this process on the in-memory bus (the classes ``mgrpo serve`` runs): the database is
 what restarts. The soak through processes, with worker kills and a broker restart too, is
-``test_services_soak_processes.py`` (opt-in: ``MGRPO_SOAK=1``)."""
+``test_services_soak_processes.py``."""
 
 from __future__ import annotations
 
