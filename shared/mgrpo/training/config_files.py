@@ -2,19 +2,22 @@
 values (YAML), ``--rounds`` and ``--steps``, which command a file belongs to, and
 ``mgrpo config check``.
 
-Two kinds of YAML file configure a run: a run config (:class:`~mgrpo.training.config.RunConfig`:
-``mgrpo train``, ``eval``, ``up`` and the services) and a demo config
-(:class:`~mgrpo.training.demo.DemoConfig`: ``mgrpo demo`` and ``mgrpo ablate``). Given to the
-wrong command, a file would be answered with one ``unknown key`` per option;
-:func:`wrong_kind` says which command it is for instead.
+Three kinds of YAML file configure a run: a run config
+(:class:`~mgrpo.training.config.RunConfig`: ``mgrpo train``, ``eval``, ``up`` and the
+services), a demo config (:class:`~mgrpo.training.demo.DemoConfig`: ``mgrpo demo`` and
+``mgrpo ablate``) and a team ablation config
+(:class:`~mgrpo.training.team_ablate.TeamAblateConfig`, ``kind: turn_team``: ``mgrpo
+ablate``). Given to the wrong command, a file would be answered with one ``unknown key`` per
+option; :func:`wrong_kind` says which command it is for instead.
 
-It sits above both config models; neither imports it.
+It sits above the config models; none imports it.
 
 What this module does NOT do: define options (``mgrpo.training.config``) or run anything.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -31,14 +34,17 @@ from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cl
     with_rounds,
 )
 from mgrpo.training.demo import DemoConfig
+from mgrpo.training.team_ablate import TeamAblateConfig, load_team_ablate
 from mgrpo.validation import one_line
 
 COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services' "
                    "MGRPO_RUN_CONFIG",
-            "demo": "`mgrpo demo --config FILE` or `mgrpo ablate --config FILE`"}
+            "demo": "`mgrpo demo --config FILE` or `mgrpo ablate --config FILE`",
+            "team ablation": "`mgrpo ablate --config FILE`"}
 
 
-KINDS: dict[str, type[BaseModel]] = {"run": RunConfig, "demo": DemoConfig}
+KINDS: dict[str, type[BaseModel]] = {"run": RunConfig, "demo": DemoConfig,
+                                     "team ablation": TeamAblateConfig}
 
 
 def _unknown_keys(model: type[BaseModel], data: dict) -> int:
@@ -46,8 +52,11 @@ def _unknown_keys(model: type[BaseModel], data: dict) -> int:
 
 
 def kind_of(data: dict) -> str | None:
-    """``run`` or ``demo``: the config kind whose top-level keys the file uses (the one with
-    fewer unknown keys); None on a tie (e.g. only keys both kinds have)."""
+    """``run``, ``demo`` or ``team ablation``: the config kind whose top-level keys the file
+    uses (the one with the fewest unknown keys; ``kind: turn_team`` is a team ablation's, as
+    ``mgrpo ablate`` reads it); None on a tie (e.g. only keys two kinds have)."""
+    if data.get("kind") == "turn_team":
+        return "team ablation"
     unknown = {kind: _unknown_keys(model, data) for kind, model in KINDS.items()}
     best = min(unknown, key=unknown.get)
     if list(unknown.values()).count(unknown[best]) > 1:
@@ -56,8 +65,8 @@ def kind_of(data: dict) -> str | None:
 
 
 def wrong_kind(path: str | Path, data: dict, expected: str) -> ConfigFileError | None:
-    """The error for a file of another kind than ``expected`` (run or demo): it validates
-    as that other kind, or has fewer unknown keys as it; None when it is ``expected``'s."""
+    """The error for a file of another kind than ``expected``: it has fewer unknown keys as
+    that other kind; None when it is ``expected``'s."""
     kind = kind_of(data)
     if kind is None or kind == expected:
         return None
@@ -68,14 +77,16 @@ def wrong_kind(path: str | Path, data: dict, expected: str) -> ConfigFileError |
 
 def path_fields(kind: str, cfg: BaseModel) -> dict[str, str]:
     """The options of a validated config that name files or folders that must exist
-    before it runs: {option: path}. Output folders (out_dir) are not among them."""
+    before it runs: {option: path}. Output folders (out_dir) are not among them, nor
+    ``bench_dir`` of a workflow that does not read the benchmark (a turn team's world)."""
     out: dict[str, str] = {}
     if kind == "run":
         for name, model in cfg.models.items():
             out[f"models.{name}.path"] = model.path
             if model.ref_path:
                 out[f"models.{name}.ref_path"] = model.ref_path
-        out["bench_dir"] = cfg.bench_dir
+        if cfg.flow.reads_bench:
+            out["bench_dir"] = cfg.bench_dir
         for role, judge in cfg.judges.items():
             if judge.prompt:
                 out[f"judges.{role}.prompt"] = judge.prompt
@@ -84,6 +95,12 @@ def path_fields(kind: str, cfg: BaseModel) -> dict[str, str]:
             out["verifier_llm.prompt"] = llm.prompt
         if cfg.init_from is not None and cfg.init_from.out_dir:
             out["init_from.out_dir"] = cfg.init_from.out_dir
+    if kind == "team ablation":
+        for where, section in [("base", cfg.base),
+                               *((f"arms.{arm}", over) for arm, over in cfg.arms.items())]:
+            for name, model in (section.get("models") or {}).items():
+                if isinstance(model, dict) and isinstance(model.get("path"), str):
+                    out[f"{where}.models.{name}.path"] = os.path.normpath(model["path"])
     return out
 
 
@@ -94,9 +111,9 @@ def check_file(path: str | Path) -> tuple[str, list[str]]:
     kind = kind_of(data) or "run"
     if kind == "run":
         resolve_paths(data, path)
-    model = KINDS[kind]
     try:
-        cfg = model.model_validate(data)
+        cfg = (load_team_ablate(path, data) if kind == "team ablation"
+               else KINDS[kind].model_validate(data))
     except ValidationError as exc:
         return kind, [one_line(exc)]
     problems = [f"{option}: {value} does not exist"

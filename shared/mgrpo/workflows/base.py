@@ -33,6 +33,8 @@ class Workflow:
     local_reward: str = ""  # what each role's local reward is
     embedded_only: bool = True  # trains in this process only (`mgrpo train`): no services,
     # no benchmark (`mgrpo up`, `mgrpo eval` and `mgrpo data transcripts` play the hierarchy)
+    reads_bench: bool = True  # its runs read the benchmark at `bench_dir` (`mgrpo config
+    # check` requires the folder only then)
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         """A run config's raw fields before validation (fill what the workflow implies,

@@ -32,6 +32,7 @@ class TurnTeam(Workflow):
     description = "roles take turns on a world, each observing and acting in order"
     team_reward = "the world's verifier on the episode (World.score, 1.0 solved)"
     local_reward = "the world's reward of the role's own action (Turn.reward)"
+    reads_bench = False  # a world builds its own tasks from the seed
 
     def prepare(self, data: dict) -> dict:
         flow = data["workflow"]
