@@ -12,52 +12,35 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from fresh_run import MODELS, fresh_run
 from kombu import Connection
-from services_testkit import make_bench, make_tiny, write_run_config
 from serving import running_server
 
-from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.context import Queues, load_service_config, make_bus
+from mgrpo.services.context import make_bus
 from mgrpo.services.rounds import RoundConflict, start_round
-from mgrpo.store import Store
-from mgrpo.store.admin import temporary_database
 
 TOKEN = "race-token"
-MODELS = ("planner", "searcher", "coder")
 STARTS = 20
 
 
 @pytest.fixture
 def api(postgres_url, rabbitmq_url, tmp_path):
     """(url, store, queues, broker url): the planner API on a fresh database and prefix."""
-    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
-                                make_bench(tmp_path / "bench"), name="race", k=2, queries=3)
-    queues = Queues(f"t{uuid.uuid4().hex[:10]}.")
-    with temporary_database(postgres_url) as url:
-        store = Store(url)
-        store.upgrade()
-        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
-                            run_config=str(cfg_path), api_token=TOKEN,
-                            queue_prefix=queues.prefix, checkpoint_uri=str(tmp_path / "ck"),
-                            engine="services_testkit:scripted_engine",
-                            round_needs_workers=False)  # no workers: the tasks stay queued
-        cfg = load_service_config(settings)
-        bus = make_bus(settings, store)
+    with fresh_run(postgres_url, rabbitmq_url, tmp_path, "race", api_token=TOKEN,
+                   round_needs_workers=False) as run:  # no workers: the tasks stay queued
+        bus = make_bus(run.settings, run.store)
         try:
-            with running_server(create_app(ApiState(settings, cfg, store, bus))) as base:
-                yield base, store, cfg, bus, queues, rabbitmq_url
+            with running_server(create_app(ApiState(run.settings, run.cfg, run.store,
+                                                    bus))) as base:
+                yield base, run.store, run.cfg, bus, run.queues, rabbitmq_url
         finally:
             bus.close()
-            _delete(rabbitmq_url, [queues.episodes, queues.dead_letter,
-                                   *(queues.trainer(m) for m in MODELS)])
-            store.close()
 
 
 def _depths(broker_url: str, names: list[str]) -> dict[str, int]:
@@ -65,16 +48,6 @@ def _depths(broker_url: str, names: list[str]) -> dict[str, int]:
         channel = connection.channel()
         return {name: channel.queue_declare(name, passive=True).message_count
                 for name in names}
-
-
-def _delete(broker_url: str, names: list[str]) -> None:
-    with Connection(broker_url) as connection:
-        channel = connection.channel()
-        for name in names:
-            try:
-                channel.queue_delete(name)
-            except Exception:  # never declared: nothing to clean
-                channel = connection.channel()
 
 
 def test_concurrent_starts_create_one_round_and_publish_once(api):

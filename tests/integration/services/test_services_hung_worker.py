@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
-from queues_cleanup import delete_queues
-from services_testkit import make_bench, make_tiny, write_run_config
+from fresh_run import fresh_run
 from waiting import wait_for
 
-from mgrpo.config import Settings
-from mgrpo.services.context import Queues, load_service_config, make_bus
+from mgrpo.services.context import make_bus
 from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.rounds import start_round
-from mgrpo.store import Store
-from mgrpo.store.admin import temporary_database
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,18 +27,9 @@ BOUND_S = 30.0  # from the hang to the round's rollouts all completed by the sec
 
 def test_a_hung_worker_gives_its_batch_back_within_its_deadline(postgres_url, rabbitmq_url,
                                                                 tmp_path):
-    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
-                                make_bench(tmp_path / "bench"), name="hung", k=2, queries=3)
-    queues = Queues(f"t{uuid.uuid4().hex[:10]}.")
-    with temporary_database(postgres_url) as url:
-        store = Store(url)
-        store.upgrade()
-        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
-                            run_config=str(cfg_path), queue_prefix=queues.prefix,
-                            checkpoint_uri=str(tmp_path / "ck"),
-                            engine="services_testkit:scripted_engine",
-                            handler_deadline_s=DEADLINE_S)
-        cfg = load_service_config(settings)
+    with fresh_run(postgres_url, rabbitmq_url, tmp_path, "hung",
+                   handler_deadline_s=DEADLINE_S) as run:
+        settings, cfg, store, queues = run.settings, run.cfg, run.store, run.queues
         buses = [make_bus(settings, store), make_bus(settings, store)]
         release, entered = threading.Event(), threading.Event()
         try:
@@ -86,6 +72,3 @@ def test_a_hung_worker_gives_its_batch_back_within_its_deadline(postgres_url, ra
             release.set()
             for bus in buses:
                 bus.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in ("planner", "searcher", "coder")))
-            store.close()

@@ -6,46 +6,39 @@ are played."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
+from fresh_run import fresh_run
 from queues_cleanup import delete_queues
-from services_testkit import make_bench, make_tiny, write_run_config
 from waiting import wait_for
 
 from mgrpo.bus.messages import EpisodeTask, SubAgentCall
-from mgrpo.config import Settings
-from mgrpo.services.context import Queues, load_service_config, make_bus
+from mgrpo.services.context import make_bus
 from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.rounds import start_round
 from mgrpo.services.subagent_worker import SubagentWorker
-from mgrpo.store import Store
-from mgrpo.store.admin import temporary_database
+
+REPLIES = "unknown-round-test"  # the sub-agent test's reply queue (``queues.replies``)
 
 
 @pytest.fixture
-def planner(postgres_url, rabbitmq_url, tmp_path):
-    """(store, cfg, bus, queues): a planner worker consuming on a fresh database and prefix."""
-    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
-                                make_bench(tmp_path / "bench"), name="known", k=2, queries=3)
-    queues = Queues(f"t{uuid.uuid4().hex[:10]}.")
-    with temporary_database(postgres_url) as url:
-        store = Store(url)
-        store.upgrade()
-        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
-                            run_config=str(cfg_path), queue_prefix=queues.prefix,
-                            checkpoint_uri=str(tmp_path / "ck"),
-                            engine="services_testkit:scripted_engine")
-        cfg = load_service_config(settings)
-        bus = make_bus(settings, store)
+def run_bus(postgres_url, rabbitmq_url, tmp_path):
+    """(run, bus): the run "known" on a fresh database and prefix, and a bus on it."""
+    with fresh_run(postgres_url, rabbitmq_url, tmp_path, "known") as run:
+        bus = make_bus(run.settings, run.store)
         try:
-            PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus)).start()
-            yield store, cfg, bus, queues
+            yield run, bus
         finally:
             bus.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in ("planner", "searcher", "coder")))
-            store.close()
+            delete_queues(rabbitmq_url, run.queues.replies(REPLIES))
+
+
+@pytest.fixture
+def planner(run_bus):
+    """(store, cfg, bus, queues): a planner worker consuming on a fresh database and prefix."""
+    run, bus = run_bus
+    PlannerWorker(PlannerRuntime.build(run.settings, run.cfg, run.store, bus)).start()
+    return run.store, run.cfg, bus, run.queues
 
 
 def test_a_task_of_an_unknown_round_is_dead_lettered_with_its_reason(planner):
@@ -65,39 +58,21 @@ def test_a_task_of_an_unknown_round_is_dead_lettered_with_its_reason(planner):
 
 
 @pytest.fixture
-def subagent(postgres_url, rabbitmq_url, tmp_path):
+def subagent(run_bus):
     """(store, cfg, bus, queues): a searcher sub-agent worker on a fresh database and prefix."""
-    cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
-                                make_bench(tmp_path / "bench"), name="known", k=2, queries=3)
-    queues = Queues(f"t{uuid.uuid4().hex[:10]}.")
-    with temporary_database(postgres_url) as url:
-        store = Store(url)
-        store.upgrade()
-        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
-                            run_config=str(cfg_path), queue_prefix=queues.prefix,
-                            checkpoint_uri=str(tmp_path / "ck"),
-                            engine="services_testkit:scripted_engine")
-        cfg = load_service_config(settings)
-        bus = make_bus(settings, store)
-        worker = SubagentWorker(settings, cfg, store, bus, "searcher", "search")
-        try:
-            worker.start()
-            yield store, cfg, bus, queues
-        finally:
-            worker.stop()
-            bus.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          queues.subagent("searcher"), queues.replies("unknown-round-test"),
-                          *(queues.trainer(m) for m in ("planner", "searcher", "coder")))
-            store.close()
+    run, bus = run_bus
+    worker = SubagentWorker(run.settings, run.cfg, run.store, bus, "searcher", "search")
+    worker.start()
+    yield run.store, run.cfg, bus, run.queues
+    worker.stop()
 
 
 def test_a_call_of_an_unknown_round_is_dead_lettered_and_a_known_one_answered(subagent):
     store, cfg, bus, queues = subagent
     record = start_round(store, bus, cfg, queues)  # no planner worker: only its round row
-    reply_to = queues.replies("unknown-round-test")
+    reply_to = queues.replies(REPLIES)
     replies: list = []
-    bus.consume(reply_to, replies.append, consumer="unknown-round-test", dedupe=False)
+    bus.consume(reply_to, replies.append, consumer=REPLIES, dedupe=False)
     calls = [SubAgentCall(call_id=f"{rid}/q1/0/searcher/0", round_id=rid, query_id="q1",
                           agent="searcher", subtask="population of Velmora", reply_to=reply_to,
                           group="g1", group_size=2)

@@ -10,29 +10,17 @@ gathered, the policy's weights after the update and the metrics."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, when run by torchrun
+from update_samples import random_samples  # noqa: E402
+
 
 def samples() -> list:
-    import random
-
-    from mgrpo.training.scoring import Sample
-    from mgrpo.types import Trajectory
-
-    rng = random.Random(0)
-    out = []
-    for i in range(8):
-        n = rng.randint(8, 16)
-        prompt = n // 2
-        out.append(Sample(Trajectory(
-            traj_id=f"t{i}", round_id="r", query_id=f"q{i // 2}", rollout=i % 2,
-            agent="planner", model="planner",
-            input_ids=[rng.randint(5, 399) for _ in range(n)],
-            response_mask=[0] * prompt + [1] * (n - prompt),
-            old_logprobs=[0.0] * prompt + [-6.0] * (n - prompt)),
-            rng.uniform(-1.5, 1.5), 0.0))
-    return out
+    """8 planner samples of random tokens (``update_samples.random_samples``)."""
+    return random_samples(8)
 
 
 def run_config(tiny: str, ref: str):
