@@ -32,8 +32,8 @@ from mgrpo.bus.messages import TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues
-from mgrpo.services.ingest import INGEST_BATCH, INGEST_LINGER_S
-from mgrpo.services.trainer import TrainerService
+from mgrpo.services.trainer.ingest import INGEST_BATCH, INGEST_LINGER_S
+from mgrpo.services.trainer.service import TrainerService
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.training.config import RunConfig

@@ -129,9 +129,9 @@ def inprocess_round(cfg, workdir: Path, timeout_s: float = 600.0) -> RoundData:
     from mgrpo.bus import InMemoryBus
     from mgrpo.config import Settings
     from mgrpo.services.context import Queues, open_store
-    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
-    from mgrpo.services.subagent_worker import SubagentWorker
-    from mgrpo.services.trainer import TrainerService
+    from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.subagent.worker import SubagentWorker
+    from mgrpo.services.trainer.service import TrainerService
 
     workdir.mkdir(parents=True, exist_ok=True)
     settings = Settings(mode="embedded", database_url=f"sqlite:///{workdir / 'store.db'}",

@@ -41,8 +41,8 @@ def worker(model: str, samples_file: str, repeats: int, micro: int, out: str,
     from mgrpo.models.checkpoint import save_checkpoint, version_uri
     from mgrpo.parallel.optimizer_state import save_optimizer_state
     from mgrpo.parallel.ranks import Ranks, world_size
-    from mgrpo.services.trainer import put_state
-    from mgrpo.services.trainer_ranks import follower_model, trainer_work
+    from mgrpo.services.trainer.ranks import follower_model, trainer_work
+    from mgrpo.services.trainer.service import put_state
     from mgrpo.training.config import RunConfig
     from mgrpo.training.rounds import update_model
 

@@ -30,6 +30,17 @@ ABOVE = {
     "mgrpo.training.config": ("mgrpo.training.demo", "mgrpo.training.config_files"),
     "mgrpo.training.demo": ("mgrpo.training.config_files",),
 }
+# mgrpo.services: the parts' rooms (planner, subagent, trainer) never import each other, the
+# API or the entry points; the shared pieces at mgrpo.services level import none of those
+SERVICE_PARTS = ("mgrpo.services.planner", "mgrpo.services.subagent", "mgrpo.services.trainer")
+SERVICES_TOP = ("mgrpo.services.api", "mgrpo.services.entrypoints")
+SERVICES_SHARED = ("batching", "body_limit", "context", "dependencies", "dispatch",
+                   "docs_assets", "health", "http", "launcher", "process", "rounds",
+                   "tree_calls")
+ABOVE.update({part: tuple(p for p in SERVICE_PARTS if p != part) + SERVICES_TOP
+              for part in SERVICE_PARTS})
+ABOVE.update({f"mgrpo.services.{name}": SERVICE_PARTS + SERVICES_TOP
+              for name in SERVICES_SHARED})
 
 
 def module_name(path: Path, base: Path) -> str:

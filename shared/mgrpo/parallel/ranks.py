@@ -8,8 +8,9 @@ With ``WORLD_SIZE`` unset or 1 nothing here runs: ``mgrpo.services.entrypoints.s
 takes the single-process path, which loads and saves through the same
 :mod:`mgrpo.parallel.checkpoint` format.
 
-- **Rank 0 is the trainer service** (:class:`mgrpo.services.trainer.TrainerService`): it holds
-  the lease ``trainer:<model>``, consumes ``trainer.<model>``, ingests into the store, waits
+- **Rank 0 is the trainer service**
+  (:class:`mgrpo.services.trainer.service.TrainerService`): it holds the lease
+  ``trainer:<model>``, consumes ``trainer.<model>``, ingests into the store, waits
   for rounds, computes rewards, group statistics and advantages, writes the checkpoint and
   publishes, and serves /healthz and /metrics. Ranks 1..N-1 (:func:`follow`) touch neither
   the store nor the broker: they hold their part of the model (its shards under FSDP2, a
@@ -49,7 +50,7 @@ takes the single-process path, which loads and saves through the same
   store's newest checkpoint, as after any trainer kill.
 
 - **The work** (:class:`RankWork`): what ``load`` and ``update`` do with the model is the
-  trainer's (``mgrpo.services.trainer_ranks.trainer_work``): this room runs the commands, it
+  trainer's (``mgrpo.services.trainer.ranks.trainer_work``): this room runs the commands, it
   does not know the training.
 
 What this module does NOT do: train on several nodes by itself (torchrun's c10d rendezvous
@@ -178,7 +179,7 @@ class Ranks:
             return self.put(lm, lr, checkpoint, source)
 
     def save(self, lm, root: str, version: int, extra: dict) -> str:
-        """Rank 0 (called by ``TrainerService.save_checkpoint``, ``trainer_weights``): every
+        """Rank 0 (called by ``mgrpo.services.trainer.weights``' ``save_checkpoint``): every
         rank saves its optimizer shard (DCP), rank 0 the gathered weights; returns the
         version's URI."""
         tmp = ckpt.temp_name(version)

@@ -8,7 +8,7 @@ RUN of the work at hand (``refresh_weights``) before each batch, so it never swa
 mid-episode, never samples from another run's weights, and never depends on having heard an
 announcement.
 
-What this module does NOT do: handle messages (``planner_worker``, ``subagent_worker``,
+What this module does NOT do: handle messages (``planner.worker``, ``subagent.worker``,
 ``trainer``) or HTTP (``api``).
 """
 

@@ -7,7 +7,7 @@ A call to a role that is not registered (no sub-agent deployment), or one that g
 within ``timeout_s``, comes back as ``FAILED_RESULT`` with no trajectory, exactly as the
 in-process pool answers an unknown agent: the planner sees "none" and goes on.
 
-What this module does NOT do: run sub-agents (``subagent_worker``) or keep trajectories: a
+What this module does NOT do: run sub-agents (``subagent.worker``) or keep trajectories: a
 sub-agent's trajectory goes from the sub-agent worker straight to its own model's trainer.
 """
 

@@ -4,11 +4,11 @@ shared run config, starts it, and serves health and metrics until a signal.
 
 - :func:`serve_api`: the planner's REST API (uvicorn over ``mgrpo.services.api.app``).
 - :func:`serve_planner_worker`: episodes from ``planner.episodes`` in batches
-  (``mgrpo.services.planner_worker``).
-- :func:`serve_subagent`: one tool sub-agent (``mgrpo.services.subagent_worker``).
-- :func:`serve_trainer`: one model's trainer (``mgrpo.services.trainer``); under ``torchrun``
-  with ``WORLD_SIZE`` > 1 one rank of a data-parallel trainer job: rank 0 is the service, the
-  other ranks follow it (``mgrpo.parallel.ranks``; FSDP2 or DDP:
+  (``mgrpo.services.planner.worker``).
+- :func:`serve_subagent`: one tool sub-agent (``mgrpo.services.subagent.worker``).
+- :func:`serve_trainer`: one model's trainer (``mgrpo.services.trainer.service``); under
+  ``torchrun`` with ``WORLD_SIZE`` > 1 one rank of a data-parallel trainer job: rank 0 is the
+  service, the other ranks follow it (``mgrpo.parallel.ranks``; FSDP2 or DDP:
   ``MGRPO_TRAINER_STRATEGY``). A model with ``trainable: false`` is frozen: it scores only.
 
 What this module does NOT do: parse command lines (``mgrpo.cli.serve``) or hold any service
@@ -40,7 +40,7 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
 def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.dependencies import worker_needs
-    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
     from mgrpo.services.process import serve_until_signal, setup_logging
 
     setup_logging(settings, "planner-worker")
@@ -61,7 +61,7 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.dependencies import worker_needs
     from mgrpo.services.process import serve_until_signal, setup_logging
-    from mgrpo.services.subagent_worker import SubagentWorker
+    from mgrpo.services.subagent.worker import SubagentWorker
 
     setup_logging(settings, f"subagent-{name}")
     cfg = load_service_config(settings)
@@ -86,8 +86,8 @@ def serve_trainer(settings: Settings, model: str) -> None:
     from mgrpo.parallel.ranks import Ranks, world_size
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.process import serve_until_signal, setup_logging
-    from mgrpo.services.trainer import TrainerService
-    from mgrpo.services.trainer_ranks import follower_model, strategy_for, trainer_work
+    from mgrpo.services.trainer.ranks import follower_model, strategy_for, trainer_work
+    from mgrpo.services.trainer.service import TrainerService
 
     ranks = None
     if world_size() > 1:

@@ -8,7 +8,7 @@ Time: on PostgreSQL the database's clock (``now()``) decides expiry, so hosts' c
 matter; on SQLite (one host) the process clock does.
 
 What this module does NOT do: renew in the background or stop work when a lease is lost
-(``mgrpo.services.lease``).
+(``mgrpo.services.trainer.lease``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
 from mgrpo.services.context import Queues, load_service_config, make_bus
-from mgrpo.services.subagent_worker import SubagentWorker
+from mgrpo.services.subagent.worker import SubagentWorker
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 

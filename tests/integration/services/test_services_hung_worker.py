@@ -16,7 +16,7 @@ from fresh_run import fresh_run
 from waiting import wait_for
 
 from mgrpo.services.context import make_bus
-from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.rounds import start_round
 
 pytestmark = pytest.mark.timeout(300)

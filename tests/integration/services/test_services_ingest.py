@@ -20,7 +20,7 @@ from mgrpo.bus.messages import EpisodeTask, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, load_service_config
-from mgrpo.services.trainer import TrainerService
+from mgrpo.services.trainer.service import TrainerService
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.types import Trajectory

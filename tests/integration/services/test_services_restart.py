@@ -14,7 +14,7 @@ import httpx
 import pytest
 from test_services_processes import MODELS, run_round, start_system
 
-from mgrpo.services.trainer import expected_subagent_trajectories
+from mgrpo.services.trainer.service import expected_subagent_trajectories
 
 pytestmark = pytest.mark.heavy
 

@@ -39,8 +39,8 @@ from mgrpo.config import Settings
 from mgrpo.models.checkpoint import read_checkpoint_dir
 from mgrpo.services.context import Queues, load_service_config
 from mgrpo.services.launcher import ServiceProcesses
-from mgrpo.services.readiness import expected_subagent_trajectories
 from mgrpo.services.rounds import start_round
+from mgrpo.services.trainer.readiness import expected_subagent_trajectories
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 

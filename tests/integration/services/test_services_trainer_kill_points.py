@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_services_processes import MODELS, run_round, start_system, wait_for
 
-from mgrpo.services.readiness import expected_subagent_trajectories
+from mgrpo.services.trainer.readiness import expected_subagent_trajectories
 
 pytestmark = pytest.mark.timeout(400)
 KILL_KIT = Path(__file__).resolve().parent / "kill_point"

@@ -129,7 +129,7 @@ def reference(store, run_id: str, tiny: Path, cfg) -> tuple[list[dict], list[dic
 
     from mgrpo.envs import load_benchmark
     from mgrpo.services.context import load_engine, round_spec
-    from mgrpo.services.trainer import TrainedModel, put_state
+    from mgrpo.services.trainer.service import TrainedModel, put_state
     from mgrpo.training.judging import build_expert_judges
     from mgrpo.training.rounds import train_model
 
@@ -243,7 +243,7 @@ def saved_adam(store, run_id: str, tiny: Path, version: int) -> dict:
     import torch
 
     from mgrpo.services.context import load_engine
-    from mgrpo.services.trainer import TrainedModel, put_state
+    from mgrpo.services.trainer.service import TrainedModel, put_state
 
     record = next(c for c in store.list_checkpoints(MODEL, run_id=run_id)
                   if c.version == version)

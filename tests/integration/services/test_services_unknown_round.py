@@ -14,9 +14,9 @@ from waiting import wait_for
 
 from mgrpo.bus.messages import EpisodeTask, SubAgentCall
 from mgrpo.services.context import make_bus
-from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.rounds import start_round
-from mgrpo.services.subagent_worker import SubagentWorker
+from mgrpo.services.subagent.worker import SubagentWorker
 
 REPLIES = "unknown-round-test"  # the sub-agent test's reply queue (``queues.replies``)
 

@@ -58,7 +58,7 @@ def main(tiny: str, out: str, how: str, one: str) -> None:
     from mgrpo.config import Settings
     from mgrpo.parallel import checkpoint
     from mgrpo.parallel import ranks as rank_protocol
-    from mgrpo.services.trainer_ranks import follower_model, trainer_work
+    from mgrpo.services.trainer.ranks import follower_model, trainer_work
     from mgrpo.training.rounds import update_model
 
     torch.set_num_threads(1)

@@ -222,7 +222,7 @@ def in_memory_backend(settings):
     store, bus)."""
     from mgrpo.bus import InMemoryBus
     from mgrpo.services.context import load_service_config, open_store
-    from mgrpo.services.subagent_worker import SubagentWorker
+    from mgrpo.services.subagent.worker import SubagentWorker
 
     cfg = load_service_config(settings)
     store = open_store(settings)
@@ -239,8 +239,8 @@ def in_process_services(settings, *, trainers=("planner", "searcher", "coder"),
     store, the searcher and coder workers, the planner worker and a trainer per model in
     ``trainers`` (safety-net poll every ``poll_s``). On exit the trainers stop, then the bus
     and the store close."""
-    from mgrpo.services.planner_worker import PlannerRuntime, PlannerWorker
-    from mgrpo.services.trainer import TrainerService
+    from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
+    from mgrpo.services.trainer.service import TrainerService
 
     cfg, store, bus = in_memory_backend(settings)
     planner = PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus))

@@ -12,8 +12,8 @@ import pytest
 from mgrpo.bus import InMemoryBus
 from mgrpo.envs.questions import Question
 from mgrpo.services.context import Queues, round_spec
-from mgrpo.services.planner_worker import PlannerWorker
-from mgrpo.services.trainer import round_ready
+from mgrpo.services.planner.worker import PlannerWorker
+from mgrpo.services.trainer.service import round_ready
 from mgrpo.store import Store
 from mgrpo.training.config import ModelConfig, RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob

@@ -12,11 +12,11 @@ import time
 
 from waiting import wait_for
 
-from mgrpo.services.lease import LeaseKeeper
+from mgrpo.services.trainer.lease import LeaseKeeper
 
 
 def test_standby_waits_then_takes_over_an_expired_lease(store, caplog):
-    caplog.set_level(logging.INFO, logger="mgrpo.services.lease")
+    caplog.set_level(logging.INFO, logger="mgrpo.services.trainer.lease")
     # ttl 6 s: far above what the store calls below take on a loaded machine
     first = LeaseKeeper(store, "trainer:m", "host:1:a", ttl_s=6)
     second = LeaseKeeper(store, "trainer:m", "host:2:b", ttl_s=6)

@@ -16,7 +16,7 @@ logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
 logging.getLogger("bm25s").debug("Building index from IDs objects")
 logging.getLogger("bm25s").info("bm25s info")
 logging.getLogger("uvicorn.error").info("Application startup complete.")
-logging.getLogger("mgrpo.services.trainer").info("trained round 0")
+logging.getLogger("mgrpo.services.trainer.service").info("trained round 0")
 logging.getLogger("alembic").warning("a real problem")
 """
 
@@ -26,5 +26,5 @@ def test_services_share_one_format_and_quiet_the_libraries():
                           timeout=60, check=True)
     lines = [line.split(" ", 2)[2] for line in done.stderr.splitlines()]  # drop the time
     assert lines == ["planner INFO uvicorn.error: Application startup complete.",
-                     "planner INFO mgrpo.services.trainer: trained round 0",
+                     "planner INFO mgrpo.services.trainer.service: trained round 0",
                      "planner WARNING alembic: a real problem"]

@@ -63,7 +63,7 @@ def test_failed_update_then_good_update_save_reload_stop(tmp_path, how):
     from mgrpo.models.checkpoint import save_checkpoint, version_uri
     from mgrpo.parallel.optimizer_state import save_optimizer_state
     from mgrpo.services.context import load_engine
-    from mgrpo.services.trainer import TrainedModel, put_state
+    from mgrpo.services.trainer.service import TrainedModel, put_state
     from mgrpo.training.rounds import update_model
 
     tiny = str(make_tiny(tmp_path / "tiny"))

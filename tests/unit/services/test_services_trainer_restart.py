@@ -14,7 +14,7 @@ from services_testkit import make_tiny, write_run_config
 from mgrpo.config import Settings
 from mgrpo.parallel.optimizer_state import OptimizerStateError, optimizer_state_uri
 from mgrpo.services.context import load_service_config, open_store
-from mgrpo.services.trainer import TrainerService
+from mgrpo.services.trainer.service import TrainerService
 
 BATCH = torch.tensor([[5, 17, 33, 2, 9, 41, 7, 3]])
 

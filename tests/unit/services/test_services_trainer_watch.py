@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mgrpo.services.trainer_round import RoundTraining
+from mgrpo.services.trainer.round_training import RoundTraining
 
 
 class _Trainer(RoundTraining):

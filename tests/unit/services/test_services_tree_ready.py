@@ -5,7 +5,7 @@ records each role's turns per slot; the trainer waits for all of them."""
 
 from __future__ import annotations
 
-from mgrpo.services.trainer import round_ready
+from mgrpo.services.trainer.service import round_ready
 from mgrpo.store import Store
 from mgrpo.store.records import DCount
 from mgrpo.types import Trajectory

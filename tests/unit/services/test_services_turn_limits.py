@@ -17,7 +17,7 @@ from mgrpo.config import Settings
 from mgrpo.engines.base import Completion
 from mgrpo.services.context import Queues, load_service_config, open_store
 from mgrpo.services.rounds import start_round
-from mgrpo.services.subagent_worker import SubagentWorker
+from mgrpo.services.subagent.worker import SubagentWorker
 
 
 class FourToolsThenReturn:

@@ -20,7 +20,7 @@ from mgrpo.bus import InMemoryBus
 from mgrpo.services.context import load_service_config, open_store
 from mgrpo.services.health import serve_health
 from mgrpo.services.launcher import free_port
-from mgrpo.services.trainer import TrainerService
+from mgrpo.services.trainer.service import TrainerService
 
 
 def probe(port: int, path: str) -> tuple[int, list[str]]:

@@ -39,7 +39,7 @@ def test_trainer_with_wandb_but_no_package_refuses_at_start(tmp_path, monkeypatc
     from mgrpo.config import Settings
     from mgrpo.models import TinyModelConfig, init_tiny
     from mgrpo.services.context import open_store
-    from mgrpo.services.trainer import TrainerService
+    from mgrpo.services.trainer.service import TrainerService
     from mgrpo.training.config import RunConfig
 
     tiny = init_tiny(tmp_path / "tiny", TinyModelConfig(

@@ -55,7 +55,7 @@ class ApiState:
         """The planner's model and dispatch; loads the model the first time (model thread)."""
         with self._planner_lock:
             if self.planner is None:
-                from mgrpo.services.planner_worker import PlannerRuntime, new_reply_suffix
+                from mgrpo.services.planner.worker import PlannerRuntime, new_reply_suffix
 
                 self.planner = PlannerRuntime.build(self.settings, self.cfg, self.store,
                                                     self.bus, reply_suffix=new_reply_suffix())

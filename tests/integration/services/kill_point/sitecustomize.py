@@ -2,8 +2,8 @@
 trainer kill-point test, ``test_services_trainer_kill_points.py``). With
 ``MGRPO_TEST_KILL_AT`` = ``before_publish`` or ``after_publish`` and ``MGRPO_TEST_KILL_ROUND``
 = a round id, the trainer SIGKILLs itself right before, or right after, it publishes that
-round's group statistics (``mgrpo.services.trainer_round``): after its checkpoint is recorded,
-before the round is marked done. Without ``MGRPO_TEST_KILL_AT`` it does nothing."""
+round's group statistics (``mgrpo.services.trainer.round_training``): after its checkpoint is
+recorded, before the round is marked done. Without ``MGRPO_TEST_KILL_AT`` it does nothing."""
 
 import os
 
@@ -12,7 +12,7 @@ KILL_AT = os.environ.get("MGRPO_TEST_KILL_AT", "")
 if KILL_AT:
     import signal
 
-    import mgrpo.services.trainer_round as trainer_round
+    import mgrpo.services.trainer.round_training as trainer_round
 
     if KILL_AT not in ("before_publish", "after_publish"):
         raise ValueError(f"MGRPO_TEST_KILL_AT={KILL_AT!r}: before_publish or after_publish")

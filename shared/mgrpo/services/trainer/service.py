@@ -2,8 +2,8 @@
 its part of each round, train with the library, checkpoint, publish, announce.
 
 - Ingestion (``trainer.<model>``): batched, one transaction per batch, idempotent
-  (:mod:`mgrpo.services.ingest`); every ingested batch wakes the round loop.
-- Readiness (:func:`mgrpo.services.readiness.round_ready`): every rollout completed and this
+  (:mod:`mgrpo.services.trainer.ingest`); every ingested batch wakes the round loop.
+- Readiness (:func:`mgrpo.services.trainer.readiness.round_ready`): every rollout completed and this
   model's trajectories of the completing attempts all ingested (AT-GRPO: the tree counts
   the planner worker recorded; training then groups per (query, agent, turn),
   ``tree_round.train_tree_model``). It is checked when an event arrives, not on a clock:
@@ -18,13 +18,13 @@ its part of each round, train with the library, checkpoint, publish, announce.
   starts from its ``init_from`` (another run's checkpoint, only when named) or the model's
   folder, with a fresh optimizer. Checkpoints go under the run's own root
   (``{checkpoint_uri}/{run_id}/{model}/v{version:06d}``) and the store keys them by run
-  (:mod:`mgrpo.services.trainer_weights`).
+  (:mod:`mgrpo.services.trainer.weights`).
 - Training: :func:`mgrpo.training.rounds.train_model` (rewards; the sub-agent side reads
   r_correct_main from the store's planner outcomes), then an atomic, write-once checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
   statistics of all its roles in one transaction (the "published" marker the round waits
   for), then the weights announcement; the trainer that finds every scored model published
-  marks the round ``done`` (:mod:`mgrpo.services.trainer_round`).
+  marks the round ``done`` (:mod:`mgrpo.services.trainer.round_training`).
 - Failure: a round whose training raises :data:`ROUND_ATTEMPTS` times in a row (a bad
   config, a missing reference model, a bug) is marked ``failed`` with the reason (type and
   message, shown by ``GET /v1/rounds/{id}``) and logged; the trainer moves on instead of
@@ -42,7 +42,7 @@ its part of each round, train with the library, checkpoint, publish, announce.
   store never recorded) are removed when the trainer first works on the run.
 
 - One active trainer per model: a trainer consumes and trains only while it holds the store
-  lease ``trainer:<model>`` (:class:`mgrpo.services.lease.LeaseKeeper`, renewed in the
+  lease ``trainer:<model>`` (:class:`mgrpo.services.trainer.lease.LeaseKeeper`, renewed in the
   background). A second trainer of the same model logs that it waits (standby), and takes
   over when the lease is released (clean stop) or expires (the first one died); one that
   loses its lease stops before writing a checkpoint.
@@ -58,8 +58,8 @@ its part of each round, train with the library, checkpoint, publish, announce.
   state sharded by DCP), nothing else changes.
 
 This file holds the service's life cycle (load, lease, consume, the round loop, counting
-failures); one round is :mod:`mgrpo.services.trainer_round`, a run's weights and checkpoints
-:mod:`mgrpo.services.trainer_weights` (both mixed into :class:`TrainerService`).
+failures); one round is :mod:`mgrpo.services.trainer.round_training`, a run's weights and
+checkpoints :mod:`mgrpo.services.trainer.weights` (both mixed into :class:`TrainerService`).
 
 What this module does NOT do: train a frozen model (main-only ablation).
 """
@@ -76,15 +76,15 @@ from mgrpo.bus.errors import is_transient
 from mgrpo.config import Settings
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, load_engine, round_spec
-from mgrpo.services.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
-from mgrpo.services.lease import LeaseKeeper
-from mgrpo.services.readiness import (  # noqa: F401 - re-exported (tests)
+from mgrpo.services.trainer.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
+from mgrpo.services.trainer.lease import LeaseKeeper
+from mgrpo.services.trainer.readiness import (  # noqa: F401 - re-exported (tests)
     expected_subagent_trajectories,
     roles_of,
     round_ready,
 )
-from mgrpo.services.trainer_round import LeaseLost, RoundTraining
-from mgrpo.services.trainer_weights import (  # noqa: F401 - re-exported (tests, trainer_ranks)
+from mgrpo.services.trainer.round_training import LeaseLost, RoundTraining
+from mgrpo.services.trainer.weights import (  # noqa: F401 - re-exported (tests, ranks)
     RunWeights,
     TrainedModel,
     put_state,
@@ -191,7 +191,7 @@ class TrainerService(RunWeights, RoundTraining):
                 sink.close()
 
     def handle_batch(self, messages: list) -> dict[int, str]:
-        """:meth:`TrajectoryIngest.handle_batch` (``mgrpo.services.ingest``)."""
+        """:meth:`TrajectoryIngest.handle_batch` (``mgrpo.services.trainer.ingest``)."""
         return self.ingest.handle_batch(messages)
 
     def handle(self, message) -> None:

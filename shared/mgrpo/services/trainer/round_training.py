@@ -1,5 +1,6 @@
-"""One round of a trainer (part of :class:`mgrpo.services.trainer.TrainerService`): train its
-model on the round's trajectories, checkpoint, record metrics, publish, announce.
+"""One round of a trainer (part of
+:class:`mgrpo.services.trainer.service.TrainerService`): train its model on the round's
+trajectories, checkpoint, record metrics, publish, announce.
 
 - :meth:`RoundTraining.train_round`: :func:`mgrpo.training.rounds.train_model` (rewards; the
   sub-agent side reads r_correct_main from the store's planner outcomes) or, for AT-GRPO,
@@ -20,7 +21,7 @@ model on the round's trajectories, checkpoint, record metrics, publish, announce
   roles' groups at zero reward variance, grad_norm 0), logged after each round.
 
 What this module does NOT do: decide which round is ready or count failures
-(``trainer``, ``readiness``), or put a run's weights in the model (``trainer_weights``).
+(``service``, ``readiness``), or put a run's weights in the model (``weights``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from mgrpo.training.rounds import observed_d, train_model
 from mgrpo.training.tree_round import train_tree_model
 from mgrpo.training.watch import RunWatch
 
-log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
+# the trainer's lines keep one logger name
+log = logging.getLogger("mgrpo.services.trainer.service")
 
 
 class LeaseLost(RuntimeError):
@@ -55,7 +57,7 @@ def _latest(store, model: str, run_id: str) -> tuple[str, int] | None:
 class RoundTraining:
     """``TrainerService``'s round. Uses its ``settings``, ``store``, ``bus``, ``lm``, ``roles``,
     ``frozen``, ``lease``/``_leased``, the sinks, ``activate``/``save_checkpoint``
-    (``trainer_weights``); keeps ``_judge`` and counts ``rounds_trained``."""
+    (``weights``); keeps ``_judge`` and counts ``rounds_trained``."""
 
     def train_round(self, record, spec: RoundSpec | None = None) -> dict[str, float]:
         """Train on round ``record`` per its :class:`RoundSpec` (parsed here when not given)."""

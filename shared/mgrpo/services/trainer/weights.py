@@ -1,4 +1,4 @@
-"""The weights of a trainer's run (part of :class:`mgrpo.services.trainer.TrainerService`):
+"""The weights of a trainer's run (part of :class:`mgrpo.services.trainer.service.TrainerService`):
 which checkpoint is in the model, switching runs, writing a new version.
 
 - :class:`TrainedModel`: the model, tokenizer, engine and optimizer one trainer trains.
@@ -9,7 +9,7 @@ which checkpoint is in the model, switching runs, writing a new version.
   first time), :meth:`~RunWeights.save_checkpoint` writes optimizer state, then weights
   (atomic, write-once), then the store record.
 
-What this module does NOT do: decide when to train or publish (``trainer_round``), serialize
+What this module does NOT do: decide when to train or publish (``round_training``), serialize
 files (``mgrpo.models.checkpoint``, ``mgrpo.parallel``), or run the other ranks of a
 torchrun job (``mgrpo.parallel.ranks``).
 """
@@ -33,7 +33,8 @@ from mgrpo.services.context import folder_weights, initial_weights, stored_run_c
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
 
-log = logging.getLogger("mgrpo.services.trainer")  # the trainer's lines keep one logger name
+# the trainer's lines keep one logger name
+log = logging.getLogger("mgrpo.services.trainer.service")
 
 
 @dataclass

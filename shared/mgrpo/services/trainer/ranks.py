@@ -11,7 +11,7 @@ from __future__ import annotations
 from mgrpo.parallel.ranks import RankWork
 from mgrpo.parallel.sharding import strategy
 from mgrpo.services.context import load_engine
-from mgrpo.services.trainer_weights import TrainedModel, put_state
+from mgrpo.services.trainer.weights import TrainedModel, put_state
 from mgrpo.training.precision import fresh_optimizer, make_optimizer, prepare_for_training
 from mgrpo.training.rounds import local_update
 
