@@ -103,6 +103,32 @@ class TreeBranching(BaseModel):
     attempts: list[int | None]
 
 
+class TurnRequest(BaseModel):
+    """One generation request of a turn-team turn (``mgrpo.engines.base.GenerationRequest``
+    as JSON): a role's prompt and one candidate's sampling settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt_ids: list[int]
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = Field(64, ge=1)
+    stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    seed: int | None = None
+
+
+class TurnCompletion(BaseModel):
+    """What the role's worker sampled for one :class:`TurnRequest`
+    (``mgrpo.engines.base.Completion`` less the prompt)."""
+
+    model_config = ConfigDict(extra="forbid")
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: Literal["stop", "length"]
+
+
 class SubAgentCall(_Grouped):
     """A planner's delegation to a tool sub-agent; the answer goes to ``reply_to``."""
 
@@ -118,6 +144,9 @@ class SubAgentCall(_Grouped):
     reply_to: str
     weights_version: int = Field(0, ge=0)
     tree: TreeBranching | None = None  # AT-GRPO rounds: K continuations at each turn
+    # turn_team rounds: sample these (one role's team turn: K candidates per live task);
+    # ``subtask`` is then empty
+    turn: list[TurnRequest] | None = None
 
     def default_key(self) -> str:
         return f"{self.call_id}/{self.attempt}"
@@ -134,6 +163,8 @@ class SubAgentResult(_Message):
     error: str | None = None
     turns: int = Field(0, ge=0)  # tree calls: the decisions (turns) the call took
     solved: bool = False  # tree calls: the result judged right (r_expert)
+    completions: list[TurnCompletion] = Field(default_factory=list)  # turn calls, in order
+    weights_version: int = Field(0, ge=0)  # turn calls: the weights that sampled them
 
     def default_key(self) -> str:
         return f"{self.call_id}/{self.attempt}"

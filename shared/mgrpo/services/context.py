@@ -40,9 +40,9 @@ def load_service_config(settings: Settings) -> RunConfig:
             raise FileNotFoundError(f"MGRPO_RUN_CONFIG={settings.run_config!r} does not exist; "
                                     "point it at a YAML run config or unset it")
         cfg = load_run_config(path)
-        from mgrpo.workflows import refuse_embedded_only
+        from mgrpo.workflows import refuse_outside_services
 
-        refuse_embedded_only(cfg, "the services")
+        refuse_outside_services(cfg)
         return cfg
     models = {name: ModelConfig(path=str(Path(settings.models_dir) / name))
               for name in DEFAULT_MODELS}

@@ -40,13 +40,22 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
 def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.dependencies import worker_needs
+    from mgrpo.services.planner.team import TeamWorker
     from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
     from mgrpo.services.process import serve_until_signal, setup_logging
+    from mgrpo.services.team import is_team
 
     setup_logging(settings, "planner-worker")
     cfg = load_service_config(settings)
     store = open_store(settings)
     bus = make_bus(settings, store)
+    if is_team(cfg):  # a turn team: the coordinator (mgrpo.services.planner.team)
+        team = TeamWorker(settings, cfg, store, bus, batch_size)
+        team.start()
+        serve_until_signal(settings, "planner-worker", {
+            "mgrpo_planner_episodes_done": lambda: team.episodes_done,
+        }, stop=bus.close, bus=bus, needs=worker_needs(store, settings.sandbox_url))
+        return
     worker = PlannerWorker(PlannerRuntime.build(settings, cfg, store, bus), batch_size)
     worker.start()
     serve_until_signal(settings, "planner-worker", {
@@ -61,12 +70,24 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
     from mgrpo.services.context import load_service_config, make_bus, open_store
     from mgrpo.services.dependencies import worker_needs
     from mgrpo.services.process import serve_until_signal, setup_logging
+    from mgrpo.services.subagent.role import RoleWorker
     from mgrpo.services.subagent.worker import SubagentWorker
+    from mgrpo.services.team import is_team
 
     setup_logging(settings, f"subagent-{name}")
     cfg = load_service_config(settings)
     store = open_store(settings)
     bus = make_bus(settings, store)
+    if is_team(cfg):  # a turn team's role: samples its turns (mgrpo.services.subagent.role)
+        role = RoleWorker(settings, cfg, store, bus, name, batch_size)
+        role.start()
+        serve_until_signal(settings, f"subagent-{name}", {
+            "mgrpo_subagent_calls_done": lambda: role.calls_done,
+            "mgrpo_subagent_weights_version": lambda: role.engine.version,
+        }, stop=bus.close, bus=bus, needs=worker_needs(store, None))
+        return
+    if not tool:
+        raise ValueError(f"sub-agent {name!r} needs --tool (search, python, ...)")
     worker = SubagentWorker(settings, cfg, store, bus, name, tool, model, description,
                             batch_size=batch_size)
     worker.start()

@@ -20,6 +20,7 @@ import contextlib
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
 from mgrpo.services.context import Queues, round_spec
+from mgrpo.services.team import is_team, team_queries
 from mgrpo.store.errors import RunBusy
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
@@ -100,6 +101,8 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     if busy:
         admit(store, cfg, run_id, index, busy)
     trained = cfg.trained_models()
+    if questions is None and is_team(cfg):  # a turn team: the world's training tasks
+        questions = team_queries(cfg, index)
     if questions is None:
         if bench is None:
             from mgrpo.envs import load_benchmark

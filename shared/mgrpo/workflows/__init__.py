@@ -5,6 +5,7 @@ from mgrpo.workflows.base import (
     Workflow,
     get_workflow,
     refuse_embedded_only,
+    refuse_outside_services,
     register_workflow,
     workflow_names,
 )
@@ -26,5 +27,6 @@ def prepare_run_data(data: dict) -> dict:
 
 
 __all__ = ["HIERARCHY", "TURN_TEAM", "Hierarchy", "TurnTeam", "Workflow", "WorkflowConfig",
-           "get_workflow", "prepare_run_data", "refuse_embedded_only", "register_workflow",
+           "get_workflow", "prepare_run_data", "refuse_embedded_only", "refuse_outside_services",
+           "register_workflow",
            "workflow_names"]

@@ -31,8 +31,9 @@ class Workflow:
     description: str = ""
     team_reward: str = ""  # what the team reward is (one line, for docs and `mgrpo` help)
     local_reward: str = ""  # what each role's local reward is
-    embedded_only: bool = True  # trains in this process only (`mgrpo train`): no services,
-    # no benchmark (`mgrpo up`, `mgrpo eval` and `mgrpo data transcripts` play the hierarchy)
+    embedded_only: bool = True  # plays no benchmark questions: `mgrpo up`, `mgrpo eval` and
+    # `mgrpo data transcripts` (which play the hierarchy) refuse it
+    distributed: bool = False  # the service entry points (`mgrpo serve ...`) run its rounds
     reads_bench: bool = True  # its runs read the benchmark at `bench_dir` (`mgrpo config
     # check` requires the folder only then)
 
@@ -70,9 +71,20 @@ def refuse_embedded_only(cfg: RunConfig, command: str) -> None:
     services, or a command that plays the benchmark's questions)."""
     flow = cfg.flow
     if flow.embedded_only:
+        where = ("`mgrpo train` or the service entry points (`mgrpo serve planner-worker`, "
+                 "`subagent --name ROLE`, `trainer --model M`)" if flow.distributed
+                 else "`mgrpo train` only")
         raise ValueError(f"{command} plays the hierarchy (planner + sub-agents); workflow "
-                         f"{flow.name} trains in this process only: `mgrpo train` (its "
-                         "held-out accuracy is measured before and after, eval/greedy/*)")
+                         f"{flow.name} trains with {where} (its held-out accuracy is "
+                         "measured by `mgrpo train` before and after, eval/greedy/*)")
+
+
+def refuse_outside_services(cfg: RunConfig) -> None:
+    """A one-line ValueError when the services cannot run ``cfg``'s workflow."""
+    flow = cfg.flow
+    if not flow.distributed:
+        raise ValueError(f"the services do not run workflow {flow.name}; it trains in this "
+                         "process only: `mgrpo train`")
 
 
 _WORKFLOWS: dict[str, Workflow] = {}

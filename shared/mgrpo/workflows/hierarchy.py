@@ -16,6 +16,7 @@ class Hierarchy(Workflow):
     local_reward = ("per algorithm: mgrpo - each sub-agent's r_expert and the main outcome "
                     "(rewards.subagent); at_grpo - each turn's own progress (training.tree)")
     embedded_only = False
+    distributed = True
 
     def prepare(self, data: dict) -> dict:
         flow = data.get("workflow") or {}

@@ -12,7 +12,8 @@ The run config names the world and which model plays each role::
 
 ``roles`` replaces ``agents`` (one model for both roles: a shared policy), and the algorithm
 is ``at_grpo`` (tree sampling: ``mgrpo.workflows.team_play``) unless another tree algorithm
-is named. Training in this process: ``mgrpo.training.team_round``.
+is named. Training in this process: ``mgrpo.training.team_round``; through the services:
+``mgrpo.services.team``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TurnTeam(Workflow):
     team_reward = "the world's verifier on the episode (World.score, 1.0 solved)"
     local_reward = "the world's reward of the role's own action (Turn.reward)"
     reads_bench = False  # a world builds its own tasks from the seed
+    distributed = True  # mgrpo.services.team: each role's turns sampled by its workers
 
     def prepare(self, data: dict) -> dict:
         flow = data["workflow"]

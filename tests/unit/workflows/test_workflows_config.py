@@ -92,8 +92,9 @@ def test_services_and_benchmark_commands_refuse_a_turn_team(tmp_path):
     from mgrpo.workflows import refuse_embedded_only
 
     refuse_embedded_only(RunConfig(models=MODELS), "mgrpo up")  # the hierarchy: fine
-    with pytest.raises(ValueError, match="workflow turn_team trains in this process only"):
-        refuse_embedded_only(RunConfig.model_validate(_team()), "the services")
+    with pytest.raises(ValueError, match="workflow turn_team trains with `mgrpo train` or "
+                                         "the service entry points"):
+        refuse_embedded_only(RunConfig.model_validate(_team()), "mgrpo eval")
     path = tmp_path / "team.yaml"
     path.write_text("models: {m1: {path: unused}, m2: {path: unused}}\n"
                     "workflow: {kind: turn_team, world: sudoku4, roles: {tool: m1, plan: m2}}\n")
