@@ -15,7 +15,8 @@ world's test split, before the first round and after the last: ``eval/greedy/acc
 (solved), ``eval/greedy/team_turns``; each task's score after the last round in
 ``eval_after_questions.json``.
 
-What this module does not do: the services' mode (a turn_team run trains embedded only).
+What this module does not do: the services' mode (``mgrpo.services.team``, which plays
+the same ``TeamSampler`` and trains with the same ``train_tree_model``).
 """
 
 from __future__ import annotations
