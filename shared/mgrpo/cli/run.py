@@ -156,7 +156,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config, _parse_overrides(set_))
-    refuse_embedded_only(cfg, "mgrpo eval")
+    refuse_embedded_only(cfg, "mgrpo eval", nested=True)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
         chosen = parse_stage(stage)

@@ -6,9 +6,14 @@ Grammar (markers from ``mgrpo.envs.protocol_tokens``)::
     CARDS            := NAME ": " DESCRIPTION ("; " NAME ": " DESCRIPTION)*
     planner turn     := "<call>" AGENT "|" TASK "</call>" | "<answer>" ANSWER "</answer>"
     RET              := "<ret>" RESULT "</ret>"                    (appended by the runner)
-    sub-agent context:= "<|task|>" TASK "<|" ROLE "|>" (TURN OBS?)*
+    sub-agent context:= ("<|agents|>" CARDS)? "<|task|>" TASK "<|" ROLE "|>" (TURN (OBS|RET)?)*
     sub-agent turn   := "<tool>" PAYLOAD "</tool>" | "<return>" RESULT "</return>"
+                        | "<call>" AGENT "|" TASK "</call>"      (a sub-agent that delegates)
     OBS              := "<obs>" OBSERVATION "</obs>"               (appended by the runner)
+
+A sub-agent that delegates (the run config's ``agents: {role: {model: ..., calls: [...]}}``)
+sees the cards of the sub-agents it may call before its task, and may call them as the
+planner does (``<call>``, answered by ``<ret>``) before it returns.
 
 A *turn* is the text generated for one step: exactly one tagged element, optionally followed
 by ``<|end|>``, with surrounding whitespace tolerated. AGENT is ``[a-z][a-z0-9_]*``; TASK,
@@ -60,9 +65,10 @@ class PlannerAction:
 
 @dataclass(frozen=True)
 class SubagentAction:
-    kind: Literal["tool", "return", "invalid"]
-    payload: str | None = None
+    kind: Literal["tool", "return", "call", "invalid"]
+    payload: str | None = None  # the tool input, the result, or (call) the task
     error: str | None = None
+    agent: str | None = None  # call: the sub-agent called
 
 
 def strip_markers(text: str) -> str:
@@ -82,6 +88,12 @@ def subagent_header(role: str, task: str) -> str:
         raise ValueError(f"role {role!r} must match [a-z][a-z0-9_]* (it becomes a token "
                          f"<|{role}|>); rename the sub-agent")
     return f"{P.TASK}{strip_markers(task)}{P.ROLE_TOKEN.format(role=role)}"
+
+
+def delegate_header(role: str, task: str, agents: Sequence[AgentCard]) -> str:
+    """A delegating sub-agent's context: ``<|agents|>{cards}<|task|>{task}<|{role}|>``."""
+    cards = "; ".join(f"{a.name}: {a.description}" for a in agents)
+    return f"{P.AGENTS}{strip_markers(cards)}{subagent_header(role, task)}"
 
 
 def render_ret(result: str) -> str:
@@ -151,12 +163,19 @@ def parse_planner_turn(text: str, agents: Sequence[str] | None = None) -> Planne
     return PlannerAction("call", agent=agent, task=task)
 
 
-def parse_subagent_turn(text: str) -> SubagentAction:
-    """One sub-agent turn -> tool / return / invalid."""
-    found = _element(text, ((P.TOOL_OPEN, P.TOOL_CLOSE), (P.RETURN_OPEN, P.RETURN_CLOSE)))
+def parse_subagent_turn(text: str, callees: Sequence[str] = ()) -> SubagentAction:
+    """One sub-agent turn -> tool / return / invalid; with ``callees`` (the sub-agents it
+    may call) also call, of one of them."""
+    tags = ((P.TOOL_OPEN, P.TOOL_CLOSE), (P.RETURN_OPEN, P.RETURN_CLOSE))
+    found = _element(text, (*tags, (P.CALL_OPEN, P.CALL_CLOSE)) if callees else tags)
     if isinstance(found, str):
         return SubagentAction("invalid", error=found)
     tag, inner = found
+    if tag == P.CALL_OPEN:
+        call = parse_planner_turn(text, callees)
+        if call.kind != "call":
+            return SubagentAction("invalid", error=call.error, agent=call.agent)
+        return SubagentAction("call", payload=call.task, agent=call.agent)
     return SubagentAction("tool" if tag == P.TOOL_OPEN else "return", payload=inner)
 
 

@@ -46,6 +46,7 @@ BUILTIN_ROLES = ("planner", "searcher", "coder")
 # Stop markers: generation of one turn ends at any of these.
 PLANNER_STOPS = (CALL_CLOSE, ANSWER_CLOSE)
 SUBAGENT_STOPS = (TOOL_CLOSE, RETURN_CLOSE)
+DELEGATE_STOPS = (TOOL_CLOSE, RETURN_CLOSE, CALL_CLOSE)  # a sub-agent that calls sub-agents
 
 SPECIAL_TOKENS = [
     PAD, EOS, AGENTS, QUESTION, TASK,

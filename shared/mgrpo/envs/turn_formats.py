@@ -51,18 +51,23 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 class _MarkupDialogue:
-    def __init__(self, tokenizer: Any, header: str, stops: Sequence[str], planner: bool):
+    def __init__(self, tokenizer: Any, header: str, stops: Sequence[str], planner: bool,
+                 callees: Sequence[str] = ()):
         self.tokenizer, self.header, self.planner = tokenizer, header, planner
+        self.callees = tuple(callees)  # a delegating sub-agent's callable sub-agents
         self.stop_ids = [tokenizer.convert_tokens_to_ids(m) for m in stops]
 
     def start_ids(self) -> list[int]:
         return _encode(self.tokenizer, self.header)
 
     def parse(self, text: str) -> Any:
-        return P.parse_planner_turn(text) if self.planner else P.parse_subagent_turn(text)
+        if self.planner:
+            return P.parse_planner_turn(text)
+        return P.parse_subagent_turn(text, self.callees)
 
     def reply_ids(self, turn_text: str, name: str, content: str) -> list[int]:
-        render = P.render_ret if self.planner else P.render_obs
+        delegated = self.planner or (self.callees and name in self.callees)
+        render = P.render_ret if delegated else P.render_obs
         return _encode(self.tokenizer, render(content))
 
 
@@ -82,6 +87,12 @@ class MarkupFormat:
                  description: str = "") -> Dialogue:
         return _MarkupDialogue(self.tokenizer, P.subagent_header(role, task),
                                T.SUBAGENT_STOPS, planner=False)
+
+    def delegate(self, role: str, task: str, cards: Sequence[P.AgentCard]) -> Dialogue:
+        """A sub-agent that may call the sub-agents of ``cards`` (a nested hierarchy)."""
+        return _MarkupDialogue(self.tokenizer, P.delegate_header(role, task, cards),
+                               T.DELEGATE_STOPS, planner=False,
+                               callees=[c.name for c in cards])
 
 
 def _chat_format(tokenizer: Any, tool_call_format: str = "hermes") -> TurnFormat:

@@ -63,7 +63,16 @@ class RunConfig(StrictModel):
     agents: dict[str, str] = Field(
         default_factory=lambda: {"planner": "planner", "searcher": "searcher",
                                  "coder": "coder"},
-        description="agent role -> model name. Map several roles to one model to share it.")
+        description="agent role -> model name. Map several roles to one model to share it. "
+        "An agent that delegates is written {model: NAME, calls: [roles]} (a nested "
+        "hierarchy: planner -> researcher -> searcher); its calls go to `delegation`.")
+    delegation: dict[str, list[str]] = Field(
+        default_factory=dict, description="agent role -> the sub-agents it may call, from "
+        "`agents`' {model, calls} entries (mgrpo.workflows.hierarchy). The planner calls "
+        "every sub-agent no other agent calls, unless it lists its own; each sub-agent has "
+        "one caller; a role calling itself, a cycle, or more than MAX_DEPTH levels below "
+        "the planner are refused. A delegating sub-agent has no tool unless `role_tools` "
+        "names one.")
     workflow: WorkflowConfig | None = Field(
         None, description="The workflow (mgrpo.workflows): None = the hierarchy of `agents`; "
         "{kind: turn_team, world: plan_path, roles: {tool: m1, plan: m2}} = a team taking "
@@ -140,6 +149,31 @@ class RunConfig(StrictModel):
     def _registered(cls, name: str) -> str:
         get_algorithm(name)  # an unknown name lists the valid ones
         return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_calls(cls, data):
+        """``agents: {role: {model: m, calls: [...]}}`` -> ``agents[role] = m`` and
+        ``delegation[role] = [...]``."""
+        if not isinstance(data, dict) or not isinstance(data.get("agents"), dict):
+            return data
+        agents, delegation = {}, dict(data.get("delegation") or {})
+        for role, entry in data["agents"].items():
+            if isinstance(entry, dict):
+                unknown = sorted(set(entry) - {"model", "calls"})
+                if unknown or "model" not in entry:
+                    raise ValueError(f"agents.{role}: a delegating agent is {{model: NAME, "
+                                     f"calls: [roles]}} (got keys {sorted(entry)})")
+                calls = entry.get("calls") or []
+                if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+                    raise ValueError(f"agents.{role}.calls: a list of agent roles, got "
+                                     f"{calls!r}")
+                agents[role] = entry["model"]
+                if calls:
+                    delegation[role] = calls
+            else:
+                agents[role] = entry
+        return {**data, "agents": agents, "delegation": delegation}
 
     @model_validator(mode="before")
     @classmethod

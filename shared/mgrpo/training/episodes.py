@@ -41,6 +41,9 @@ class AgentRuntime:
     # protocol.format (mgrpo.envs.turn_formats): how contexts render and turns parse;
     # None: the markup
     turn_format: Any = None
+    # a sub-agent that delegates: the cards (mgrpo.envs.protocol.AgentCard) of the
+    # sub-agents it may call (agents: {role: {model: ..., calls: [...]}}); empty: it does not
+    calls: tuple = ()
 
     def format(self) -> TurnFormat:
         if self.turn_format is None:
@@ -95,6 +98,8 @@ class SubagentOutcome:
     result: str  # what goes back to the planner inside <ret>...</ret>
     trajectory: Trajectory | None
     trace: list[dict]
+    # the trajectories of the sub-agents this call delegated to, at every depth below it
+    children: list[Trajectory] = field(default_factory=list)
 
 
 Dispatch = Callable[[list[SubagentCall]], list[SubagentOutcome]]
@@ -219,6 +224,7 @@ class EpisodeRunner:
                     state.trace += outcome.trace
                     if outcome.trajectory is not None:
                         state.subagents.append(outcome.trajectory)
+                    state.subagents += outcome.children
         for state in states:
             if not state.done:
                 state.broken = True  # ran out of turns without an answer

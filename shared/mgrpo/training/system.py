@@ -23,6 +23,7 @@ from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
 from mgrpo.training.judging import build_expert_judges, build_verifier
 from mgrpo.training.subagents import LocalSubagentPool
+from mgrpo.workflows.hierarchy import delegation_tree
 
 # How the planner describes the built-in roles; a user role is described by its name unless
 # the sub-agent service registers a description (docs/extending.md).
@@ -59,10 +60,13 @@ class System:
             return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
                                  inline_tools={r: self.tools[r] for r in subs})
         return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
-                             dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy))
+                             dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy,
+                                                        entry=[c.name for c in self.cards()]))
 
     def cards(self) -> list:
-        return role_cards(self.runtimes)
+        """The planner's cards: the sub-agents it calls (all of them unless the hierarchy
+        nests)."""
+        return role_cards(delegation_tree(self.cfg.agents, self.cfg.delegation)["planner"])
 
 
 def role_cards(roles) -> list:
@@ -148,8 +152,10 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
 def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
     models = load_models(cfg, device)
     bench = load_benchmark(cfg.bench_dir)
-    sub_roles = [r for r in cfg.agents if r != "planner"]
-    tools = build_tools(bench, sub_roles, sandbox, cfg.tools, cfg.role_tools)
+    tree = delegation_tree(cfg.agents, cfg.delegation)
+    # a sub-agent that delegates has no tool unless role_tools names one
+    tool_roles = [r for r in cfg.agents if r != "planner" and (not tree[r] or r in cfg.role_tools)]
+    tools = build_tools(bench, tool_roles, sandbox, cfg.tools, cfg.role_tools)
     formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,
                                       cfg.protocol.tool_call_format)
                for name, lm in models.items()}
@@ -159,7 +165,9 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
                                       tokenizer=lm.tokenizer, tool=tools.get(role),
                                       description=ROLE_DESCRIPTIONS.get(role, role),
-                                      turn_format=formats[model_name])
+                                      turn_format=formats[model_name],
+                                      calls=tuple(role_cards(tree[role]))
+                                      if role != "planner" else ())
     engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
     judge = build_expert_judges(cfg, bench, engines, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,

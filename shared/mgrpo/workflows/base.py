@@ -66,9 +66,11 @@ class Workflow:
         raise NotImplementedError
 
 
-def refuse_embedded_only(cfg: RunConfig, command: str) -> None:
+def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> None:
     """A one-line ValueError when ``cfg``'s workflow cannot run under ``command`` (the
-    services, or a command that plays the benchmark's questions)."""
+    services, or a command that plays the benchmark's questions). ``nested``: ``command``
+    plays sub-agents that delegate (in this process); the others refuse a nested
+    hierarchy (``agents: {role: {model: ..., calls: [...]}}``)."""
     flow = cfg.flow
     if flow.embedded_only:
         where = ("`mgrpo train` or the service entry points (`mgrpo serve planner-worker`, "
@@ -77,14 +79,28 @@ def refuse_embedded_only(cfg: RunConfig, command: str) -> None:
         raise ValueError(f"{command} plays the hierarchy (planner + sub-agents); workflow "
                          f"{flow.name} trains with {where} (its held-out accuracy is "
                          "measured by `mgrpo train` before and after, eval/greedy/*)")
+    if not nested:
+        refuse_nested(cfg, command)
 
 
 def refuse_outside_services(cfg: RunConfig) -> None:
-    """A one-line ValueError when the services cannot run ``cfg``'s workflow."""
+    """A one-line ValueError when the services cannot run ``cfg``'s workflow (a nested
+    hierarchy included)."""
     flow = cfg.flow
     if not flow.distributed:
         raise ValueError(f"the services do not run workflow {flow.name}; it trains in this "
                          "process only: `mgrpo train`")
+    refuse_nested(cfg, "the services")
+
+
+def refuse_nested(cfg: RunConfig, command: str) -> None:
+    """A one-line ValueError when ``cfg`` is a nested hierarchy (a sub-agent with ``calls``):
+    only this process plays sub-agents that delegate; a sub-agent worker publishes no calls
+    of its own."""
+    calls = {r: cs for r, cs in cfg.delegation.items() if r != "planner" and cs}
+    if calls:
+        raise ValueError(f"{command} cannot play nested delegation ({calls}): sub-agents "
+                         "that delegate run in this process only (`mgrpo train`, `mgrpo eval`)")
 
 
 _WORKFLOWS: dict[str, Workflow] = {}

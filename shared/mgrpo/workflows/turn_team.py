@@ -49,6 +49,9 @@ class TurnTeam(Workflow):
 
     def check(self, cfg) -> None:
         flow = cfg.workflow
+        if cfg.delegation:
+            raise ValueError(f"workflow turn_team: roles take turns; `calls` "
+                             f"({cfg.delegation}) belong to the hierarchy")
         if not flow.world:
             raise ValueError("workflow turn_team needs `world:` (a registered world: "
                              "plan_path, sudoku4, or one a `plugins:` module registers)")
