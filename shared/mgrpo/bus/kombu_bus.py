@@ -40,6 +40,7 @@ from mgrpo.bus.messages import Message, WeightsAnnouncement
 from mgrpo.bus.names import DEAD_LETTER_QUEUE, REASON_HEADER, SOURCE_QUEUE_HEADER
 from mgrpo.bus.topology import DLX, WEIGHTS, WORK_EXCHANGE, dead_letter_queue, work_queue
 from mgrpo.bus.transport import DeadLetter, to_wire
+from mgrpo.errors import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +295,9 @@ class _Either:
 DEAD_LETTER_LOCK_WAIT_S = 120.0  # a second pass waits this long for the first one
 
 
-class DeadLetterBusy(RuntimeError):
-    """Another pass over the dead-letter queue (``mgrpo dlq``) holds its lock."""
+class DeadLetterBusy(TransientError):
+    """Another pass over the dead-letter queue (``mgrpo dlq``, a replay task) holds its lock:
+    try again later."""
 
 
 def _hold_pass_lock(connection, dead_letter_queue_name: str, wait_s: float) -> None:

@@ -104,3 +104,13 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
         os.execv(argv[0], argv)  # torchrun becomes this process: signals reach it
     serve_trainer(settings, model)
     _exit_now()
+
+
+@app.command("control")
+def control() -> None:
+    """Run the control-plane Celery worker: checkpoint pruning, dead-letter replays and round
+    commands from <MGRPO_QUEUE_PREFIX>mgrpo.control, one task at a time."""
+    from mgrpo.services.control.worker import serve_control
+
+    serve_control(_settings())
+    _exit_now()

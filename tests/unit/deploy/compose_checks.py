@@ -40,6 +40,7 @@ REQUIRED_SETTINGS: dict[str, set[str]] = {
                        "MGRPO_MODELS_DIR"},
     "serve trainer": {"MGRPO_DATABASE_URL", "MGRPO_BROKER_URL", "MGRPO_CHECKPOINT_URI",
                       "MGRPO_MODELS_DIR"},
+    "serve control": {"MGRPO_DATABASE_URL", "MGRPO_BROKER_URL", "MGRPO_CHECKPOINT_URI"},
     "serve sandbox": set(),
 }
 URL_SETTINGS = ("MGRPO_DATABASE_URL", "MGRPO_BROKER_URL", "MGRPO_SANDBOX_URL")

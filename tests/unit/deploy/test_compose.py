@@ -94,7 +94,7 @@ def test_sandbox_gets_no_secrets_and_no_route_out():
 
 
 # Services that read the benchmark folder (bench_dir, default runs/bench under /work).
-BENCH_READERS = ("planner", "planner-worker", "subagent-searcher", "subagent-coder",
+BENCH_READERS = ("planner", "planner-worker", "control", "subagent-searcher", "subagent-coder",
                  *(f"trainer-{m}{suffix}" for m in MODELS for suffix in ("", "-cpu")))
 
 

@@ -52,7 +52,7 @@ def test_deployed_images_are_non_root_healthchecked_and_pinned():
     stages = parse_stages(DOCKERFILE)
     allowed = dockerignore_allowed(ROOT / ".dockerignore")
     assert deployed_targets() >= {"planner", "planner-worker", "subagent", "trainer",
-                                  "trainer-cuda", "sandbox", "migrate"}
+                                  "trainer-cuda", "sandbox", "migrate", "control"}
     assert image_errors(stages, deployed_targets() | {"planner-cuda", "subagent-cuda",
                                                       "planner-worker-cuda"},
                         allowed, torch_pin()) == []
@@ -101,7 +101,8 @@ def mgrpo_invocations() -> list[tuple[str, ...]]:
 def test_the_files_run_every_service_of_the_contract():
     heads = {argv[1:3] for argv in mgrpo_invocations()}
     assert heads >= {("db", "upgrade"), ("serve", "planner"), ("serve", "planner-worker"),
-                     ("serve", "subagent"), ("serve", "trainer"), ("serve", "sandbox")}
+                     ("serve", "subagent"), ("serve", "trainer"), ("serve", "sandbox"),
+                     ("serve", "control")}
 
 
 @pytest.mark.parametrize("argv", mgrpo_invocations(), ids=" ".join)

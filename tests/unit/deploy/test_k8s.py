@@ -51,7 +51,8 @@ def test_overlay_holds_the_whole_system(overlay):
     kinds = {(obj["kind"], obj["metadata"]["name"]) for obj in rendered(overlay)}
     expected = {("StatefulSet", "postgres"), ("StatefulSet", "rabbitmq"),
                 ("Job", "mgrpo-migrate"), ("Deployment", "planner"),
-                ("Deployment", "planner-worker"), ("Deployment", "subagent-searcher"),
+                ("Deployment", "planner-worker"), ("Deployment", "control"),
+                ("Deployment", "subagent-searcher"),
                 ("Deployment", "subagent-coder"), ("Deployment", "sandbox"),
                 ("NetworkPolicy", "sandbox-isolation"), ("ConfigMap", "mgrpo-config"),
                 ("Secret", "mgrpo-secrets"), ("PersistentVolumeClaim", "mgrpo-checkpoints"),
@@ -220,7 +221,8 @@ def test_workers_run_replicas_and_trainers_one_recreated(overlay):
         assert deployments[name]["spec"]["strategy"]["type"] == "Recreate", name
 
 
-BENCH_READERS = {"planner", "planner-worker", "subagent-searcher", "subagent-coder"} | TRAINERS
+BENCH_READERS = {"planner", "planner-worker", "control", "subagent-searcher",
+                 "subagent-coder"} | TRAINERS
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mgrpo.parallel.checkpoint import dcp_uri, load_optimizer  # a .optimizer.pt or DCP folder
+from mgrpo.parallel.checkpoint import load_optimizer  # a .optimizer.pt or DCP folder
 from mgrpo.parallel.optimizer_state import (
     discard_optimizer_state,
     optimizer_file_digest,
@@ -30,6 +30,7 @@ from mgrpo.parallel.optimizer_state import (
     save_optimizer_state,
 )
 from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
+from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
 
@@ -169,32 +170,16 @@ class RunWeights:
 
     def prune(self, run_id: str, keep: int) -> list[int]:
         """Delete this model's recorded versions of ``run_id`` older than the newest ``keep``
-        (``keep_checkpoints``): the store records first, then the folders and optimizer
-        files (a kill in between leaves unrecorded folders, removed as leftovers at the next
-        start). A failure is logged, never raised: the round is trained. Returns the removed
-        versions."""
-        from mgrpo.models.checkpoint import discard_version, version_uri
-
-        lm, root = self.lm, self.run_root(run_id)
+        (``keep_checkpoints``; :func:`mgrpo.services.checkpoints.prune_checkpoints`:
+        the store records first, then the folders and optimizer files). A failure is logged,
+        never raised: the round is trained. Returns the removed versions."""
         try:
-            versions = sorted(c.version for c in self.store.list_checkpoints(lm.name,
-                                                                             run_id=run_id))
-            old = versions[:-keep] if keep >= 1 else []
-            if not old:
-                return []
-            self.store.forget_checkpoints(lm.name, old, run_id=run_id)
-            for version in old:
-                uri = version_uri(root, lm.name, version)
-                discard_version(root, lm.name, version)
-                discard_optimizer_state(uri)
-                _remove_tree(dcp_uri(uri))
+            return prune_checkpoints(self.store, self.settings.checkpoint_uri, run_id,
+                                     self.lm.name, keep) if keep >= 1 else []
         except Exception:  # noqa: BLE001 - the disk fills up later; health will say so
             log.exception("trainer %s: could not delete old checkpoints of run %s",
-                          lm.name, run_id)
+                          self.lm.name, run_id)
             return []
-        log.info("trainer %s: deleted v%s of run %s (keep_checkpoints %d)", lm.name,
-                 ", v".join(map(str, old)), run_id, keep)
-        return old
 
     def reuse_unrecorded(self, root: str, version: int, run_id: str,
                          extra: dict) -> str | None:
@@ -246,14 +231,6 @@ def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bo
         return entry is None
     digest = optimizer_state_digest(lm.optimizer)
     return entry is not None and entry["sha256"] == digest == optimizer_file_digest(uri)
-
-
-def _remove_tree(uri: str) -> None:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(uri)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
 
 
 def _sha256(uri: str) -> str:

@@ -1,0 +1,1 @@
+"""The control-plane worker service: a thin shell over the mgrpo library."""
