@@ -30,11 +30,13 @@ ABOVE = {
     "mgrpo.training.config": ("mgrpo.training.demo", "mgrpo.training.config_files"),
     "mgrpo.training.demo": ("mgrpo.training.config_files",),
 }
-# mgrpo.services: the parts' rooms (planner, subagent, trainer) never import each other, the
-# API or the entry points; the shared pieces at mgrpo.services level import none of those
-SERVICE_PARTS = ("mgrpo.services.planner", "mgrpo.services.subagent", "mgrpo.services.trainer")
+# mgrpo.services: the parts' rooms (planner, subagent, trainer, control) never import each
+# other, the API or the entry points; the shared pieces at mgrpo.services level import none
+# of those
+SERVICE_PARTS = ("mgrpo.services.planner", "mgrpo.services.subagent", "mgrpo.services.trainer",
+                 "mgrpo.services.control")
 SERVICES_TOP = ("mgrpo.services.api", "mgrpo.services.entrypoints")
-SERVICES_SHARED = ("batching", "body_limit", "context", "dependencies", "dispatch",
+SERVICES_SHARED = ("batching", "body_limit", "checkpoints", "context", "dependencies", "dispatch",
                    "docs_assets", "health", "http", "launcher", "process", "rounds",
                    "tree_calls")
 ABOVE.update({part: tuple(p for p in SERVICE_PARTS if p != part) + SERVICES_TOP
@@ -213,6 +215,7 @@ def test_the_container_shells_are_the_librarys_entry_points():
     """``services/<name>/`` only names the library's entry point (the CLI runs the same)."""
     from mgrpo.sandbox.app import create_app
     from mgrpo.services import entrypoints
+    from services.control import main as control
     from services.planner import app, worker
     from services.sandbox import app as sandbox_app
     from services.subagent import main as subagent
@@ -222,4 +225,5 @@ def test_the_container_shells_are_the_librarys_entry_points():
     assert worker.main is entrypoints.serve_planner_worker
     assert subagent.main is entrypoints.serve_subagent
     assert trainer.main is entrypoints.serve_trainer
+    assert control.main is entrypoints.serve_control
     assert sandbox_app.create_app is create_app

@@ -110,7 +110,7 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
 def control() -> None:
     """Run the control-plane Celery worker: checkpoint pruning, dead-letter replays and round
     commands from <MGRPO_QUEUE_PREFIX>mgrpo.control, one task at a time."""
-    from mgrpo.services.control.worker import serve_control
+    from mgrpo.services.entrypoints import serve_control
 
     serve_control(_settings())
     _exit_now()

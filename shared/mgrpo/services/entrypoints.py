@@ -10,6 +10,11 @@ shared run config, starts it, and serves health and metrics until a signal.
   ``torchrun`` with ``WORLD_SIZE`` > 1 one rank of a data-parallel trainer job: rank 0 is the
   service, the other ranks follow it (``mgrpo.parallel.ranks``; FSDP2 or DDP:
   ``MGRPO_TRAINER_STRATEGY``). A model with ``trainable: false`` is frozen: it scores only.
+- :func:`serve_control`: the control plane's Celery worker (``mgrpo.services.control``):
+  checkpoint pruning, dead-letter replays and round commands from ``mgrpo.control``, one task
+  at a time (the solo pool, prefetch 1: control tasks are rare and each is a whole job; more
+  replicas compete for the queue). Celery owns the main thread and its signals: SIGTERM is a
+  warm shutdown (the running task ends, then the process).
 
 What this module does NOT do: parse command lines (``mgrpo.cli.serve``) or hold any service
 logic (the modules named above).
@@ -144,3 +149,44 @@ def serve_trainer(settings: Settings, model: str) -> None:
         "mgrpo_trainer_lease_held": lambda: float(trainer.lease.held()),
         "mgrpo_trainer_ranks": lambda: float(ranks.world if ranks else 1),
     }, stop=stop, bus=bus, needs=trainer.not_ready)
+
+
+def serve_control(settings: Settings) -> None:
+    import socket
+
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from mgrpo.services.context import Queues, load_service_config, make_bus, open_store
+    from mgrpo.services.control.tasks import (
+        HANDLERS,
+        ControlContext,
+        control_app,
+        register_control_tasks,
+    )
+    from mgrpo.services.dependencies import worker_needs
+    from mgrpo.services.health import serve_health
+    from mgrpo.services.process import setup_logging
+
+    setup_logging(settings, "control")
+    cfg = load_service_config(settings)
+    store = open_store(settings)
+    bus = make_bus(settings, store)
+    ctx = ControlContext(settings, store, bus, cfg, Queues(settings.queue_prefix))
+    app = control_app(settings)
+    register_control_tasks(app, ctx)
+    worker = app.Worker(pool="solo", concurrency=1, queues=[app.conf.mgrpo_control_queue],
+                        hostname=f"control@{socket.gethostname()}",
+                        loglevel=settings.log_level.upper(), without_mingle=True,
+                        without_gossip=True, optimization="fair")
+    registry = CollectorRegistry()
+    for name in HANDLERS:
+        Gauge(f"mgrpo_control_{name.rsplit('.', 1)[-1]}_done", f"{name} tasks run to the end",
+              registry=registry).set_function(lambda name=name: ctx.done.get(name, 0))
+    server = serve_health(settings.health_port, registry, alive=lambda: True,
+                          info=lambda: {"service": "control"}, not_ready=worker_needs(store))
+    try:
+        worker.start()  # blocks until a signal (warm shutdown)
+    finally:
+        server.shutdown()
+        bus.close()
+        store.close()

@@ -1,10 +1,13 @@
-"""The control plane as Celery tasks: checkpoint pruning (``mgrpo.services.checkpoints``), dead-letter replays and round
-commands, run by ``mgrpo serve control`` (a Celery worker on the ``mgrpo.control`` queue).
+"""The control plane as Celery tasks: checkpoint pruning (``mgrpo.services.checkpoints``),
+dead-letter replays and round commands, run by ``mgrpo serve control`` (a Celery worker on
+the ``mgrpo.control`` queue).
 
 - :mod:`.tasks`: the Celery app of the control plane, its tasks (typed payloads from
   ``mgrpo.bus.control``, late acks, retries with back-off for transient errors only, refused
   payloads dead-lettered with the reason) and :func:`~.tasks.send_control`.
-- :mod:`.worker`: the worker process (health server + Celery worker, solo pool).
+
+The worker process (health server + Celery worker, solo pool) is
+:func:`mgrpo.services.entrypoints.serve_control`.
 
 What this room does NOT do: carry trajectories (the batching kombu consumers do:
 ``mgrpo.services.batching``) or train.

@@ -24,7 +24,7 @@ A dead letter is written in Celery's task-message protocol 1 (the task name, id 
 the JSON body), so ``mgrpo dlq replay``, which republishes bodies as they are, hands it back to
 this worker as the same task.
 
-What this module does NOT do: start a worker (``mgrpo.services.control.worker``).
+What this module does NOT do: start a worker (``mgrpo.services.entrypoints.serve_control``).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from mgrpo.bus.errors import is_transient
 from mgrpo.bus.names import REASON_HEADER, SOURCE_QUEUE_HEADER
 from mgrpo.bus.topology import DLX, WORK_EXCHANGE, dead_letter_queue, work_queue
 from mgrpo.config import Settings
-from mgrpo.services.context import Queues
 from mgrpo.services.checkpoints import prune_checkpoints
+from mgrpo.services.context import Queues
 from mgrpo.services.rounds import cancel_round, round_id_of, start_round
 from mgrpo.training.config import RunConfig
 from mgrpo.validation import StrictModel

@@ -29,8 +29,8 @@ from mgrpo.parallel.optimizer_state import (
     optimizer_state_digest,
     save_optimizer_state,
 )
-from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
 from mgrpo.services.checkpoints import prune_checkpoints
+from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
 
