@@ -72,7 +72,7 @@ def control(postgres_url, rabbitmq_url, tmp_path_factory):
         try:
             with start_worker(app, pool="solo", concurrency=1,
                               queues=[app.conf.mgrpo_control_queue],
-                              perform_ping_check=False, shutdown_timeout=10):
+                              perform_ping_check=False, shutdown_timeout=30):
                 yield ctx, app, reader
         finally:
             bus.close()
