@@ -10,7 +10,20 @@ import os
 
 import typer
 
-from mgrpo.cli import config_check, data, db, dlq, models, run, serve, sft, ui, up, worlds
+from mgrpo.cli import (
+    config_check,
+    control,
+    data,
+    db,
+    dlq,
+    models,
+    run,
+    serve,
+    sft,
+    ui,
+    up,
+    worlds,
+)
 from mgrpo.cli.errors import ErrorReportingGroup
 
 app = typer.Typer(
@@ -35,11 +48,14 @@ def _root(debug: bool = typer.Option(
 app.add_typer(models.app, name="models", help="Build and inspect models.")
 app.add_typer(data.app, name="data", help="Build the benchmark and demonstrations.")
 app.add_typer(serve.app, name="serve",
-              help="Run one service (planner, subagent, trainer, sandbox).")
+              help="Run one service (planner, subagent, trainer, control, sandbox).")
 app.add_typer(db.app, name="db", help="Stats-store migrations.")
 app.add_typer(config_check.app, name="config",
               help="Check a config file (its kind, its options, its paths).")
 app.add_typer(dlq.app, name="dlq", help="List and replay the dead-letter queue.")
+app.add_typer(control.app, name="control",
+              help="Send a control-plane task (prune, replay, start or cancel a round) to "
+                   "the control worker.")
 app.add_typer(worlds.app, name="worlds",
               help="List the turn-based worlds; measure their scripted experts.")
 run.register(app)  # sft, train, eval, ablate, plot, demo, up

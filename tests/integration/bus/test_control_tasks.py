@@ -233,3 +233,39 @@ def test_round_commands_start_and_cancel_a_round(control, monkeypatch):
     [replayed] = reader.replay_dead_letters(source=app.conf.mgrpo_control_queue)
     [again] = _letters(reader, 1)
     assert again.reason == letter.reason and again.body == replayed.body
+
+
+def test_the_cli_sends_each_task_to_the_worker(control, monkeypatch):
+    """`mgrpo control ...` through the broker to the running worker: a prune, then a cancel."""
+    from typer.testing import CliRunner
+
+    from mgrpo.cli.main import app as cli
+    from mgrpo.config import get_settings
+
+    ctx, _, reader = control
+    run, model = "cli-run", "coder"
+    root = run_root(ctx.settings.checkpoint_uri, run)
+    for version in (1, 2, 3):
+        _write_version(root, model, version)
+        ctx.store.record_checkpoint(model, version, version_uri(root, model, version), SHA,
+                                    run_id=run)
+    monkeypatch.setenv("MGRPO_QUEUE_PREFIX", ctx.settings.queue_prefix)
+    monkeypatch.setenv("MGRPO_BROKER_URL", ctx.settings.broker_url)
+    get_settings.cache_clear()
+    try:
+        before = ctx.done.get(TASK_PRUNE_CHECKPOINTS, 0)
+        result = CliRunner().invoke(cli, ["control", "prune", "--run-id", run, "--model",
+                                          model, "--keep", "1"])
+        assert result.exit_code == 0, result.output
+        assert f'"queue": "{ctx.settings.queue_prefix}mgrpo.control"' in result.output
+        _done(ctx, TASK_PRUNE_CHECKPOINTS, before + 1)
+        assert list_versions(root, model) == [3]
+        result = CliRunner().invoke(cli, ["control", "cancel-round", "cli-no-such-round"])
+        assert result.exit_code == 0, result.output
+        [letter] = _letters(reader, 1)
+        assert "round 'cli-no-such-round' does not exist" in letter.reason
+        refused = CliRunner().invoke(cli, ["control", "prune", "--run-id", "a/b", "--model",
+                                           model, "--keep", "1"])
+        assert refused.exit_code == 1 and "invalid PruneCheckpoints: run_id" in refused.output
+    finally:
+        get_settings.cache_clear()
