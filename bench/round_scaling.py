@@ -33,43 +33,35 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 
-from round import delegations, machine, make_config, prepare_cached  # noqa: E402
+from report import fit, load_avg, progress, write_result  # noqa: E402
+from round import delegations, make_config, prepare_cached  # noqa: E402
 from round_services import distributed_round  # noqa: E402
-from scaling import slope  # noqa: E402
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "round_scaling.json"
 
 
 def one_size(paths, root: Path, b: int, k: int, args) -> dict:
     cfg = make_config(paths, root / f"out-{b}x{k}", b=b, k=k, name=f"scale{b}x{k}")
-    load_before = os.getloadavg()
+    load_before = load_avg()
     data = distributed_round(cfg, args.postgres_url, args.broker_url, root / f"dist-{b}x{k}",
                              timeout_s=args.timeout_s, warmup=args.warmup)
     return {"B": b, "K": k, "episodes": b * k, "wall_s": round(data.wall_s, 3),
             "split": {key: round(v, 3) for key, v in data.split.items()},
             "trajectories": len(data.tokens), "delegations": delegations(data, cfg),
             "work": data.work, "processes": data.usage,
-            "load_avg_before": [round(x, 2) for x in load_before],
-            "load_avg_after": [round(x, 2) for x in os.getloadavg()]}
+            "load_avg_before": load_before, "load_avg_after": load_avg()}
 
 
 def summarize(rows: list[dict]) -> dict:
     """Slopes over the sizes: wall seconds per episode, each process's peak MB per episode
     (0: memory flat in B x K), and each sub-agent type's CPU seconds per call."""
-    def fit(pairs) -> float | None:
-        value = slope(pairs)
-        return None if value is None else round(value, 5)
-
     names = sorted(set.intersection(*(set(r["processes"]) for r in rows))) if rows else []
     per_call = {}
     for name in (n for n in names if n.startswith("subagent-")):
@@ -108,20 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="mgrpo-round-scaling-") as tmp:
         for b, k in sizes:
             rows.append(one_size(paths, Path(tmp), b, k, args))
-            print(json.dumps({key: rows[-1][key] for key in
-                              ("B", "K", "wall_s", "delegations", "load_avg_after")}),
-                  flush=True)
-    result = {"bench": "round_scaling", "sft_steps": args.sft_steps, "warmup": args.warmup,
-              "rows": rows, "slopes": summarize(rows),
-              "this_process_peak_rss_mb": round(
-                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "machine": machine(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                              time.gmtime()),
-              "argv": sys.argv[1:] if argv is None else argv}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["slopes"], indent=1))
-    return result
+            progress(rows[-1], ("B", "K", "wall_s", "delegations", "load_avg_after"))
+    return write_result({"bench": "round_scaling", "sft_steps": args.sft_steps,
+                         "warmup": args.warmup, "rows": rows, "slopes": summarize(rows)},
+                        args.out, argv, rss_key="this_process_peak_rss_mb")
 
 
 if __name__ == "__main__":

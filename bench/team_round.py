@@ -38,9 +38,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
-import resource
 import sys
 import tempfile
 import time
@@ -48,8 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 
-from round import machine  # noqa: E402
-from scaling import slope  # noqa: E402
+from report import fit, load_avg, progress, write_result  # noqa: E402
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "team_round.json"
 # agents -> (world, {role: model})
@@ -88,7 +84,7 @@ def one_config(tiny: Path, root: Path, agents: str, k: int, turns: int, args) ->
     pool = system.world.tasks("train", 4 * args.b, cfg.seed)
     for index in range(args.warmup):
         run_team_round(system, store, cfg.name, index, pool)
-    load_before = os.getloadavg()
+    load_before = load_avg()
     started, cpu_started = time.perf_counter(), time.process_time()
     metrics = run_team_round(system, store, cfg.name, args.warmup, pool)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -103,8 +99,7 @@ def one_config(tiny: Path, root: Path, agents: str, k: int, turns: int, args) ->
             "candidates": candidates,
             "generated_tokens": int(metrics["rollout/generated_tokens"]),
             "team_turns": metrics["team/team_turns"], "solved": metrics["team/accuracy"],
-            "load_avg_before": [round(x, 2) for x in load_before],
-            "load_avg_after": [round(x, 2) for x in os.getloadavg()]}
+            "load_avg_before": load_before, "load_avg_after": load_avg()}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -118,14 +113,13 @@ def summarize(rows: list[dict]) -> dict:
                         **{p: round(row["phases"][p] / base["phases"][p], 3)
                            if base["phases"][p] > 0 else None for p in PHASES}}
 
-    def fit(key) -> float | None:
-        value = slope([(r["work"], key(r)) for r in rows])
-        return None if value is None else round(value, 5)
+    def per_work(key) -> float | None:
+        return fit([(r["work"], key(r)) for r in rows])
 
-    return {"wall_s_per_work": fit(lambda r: r["wall_s"]),
-            "cpu_s_per_work": fit(lambda r: r["cpu_s"]),
-            **{f"{p}_per_work": fit(lambda r, p=p: r["phases"][p]) for p in PHASES},
-            "generated_tokens_per_work": fit(lambda r: r["generated_tokens"])}
+    return {"wall_s_per_work": per_work(lambda r: r["wall_s"]),
+            "cpu_s_per_work": per_work(lambda r: r["cpu_s"]),
+            **{f"{p}_per_work": per_work(lambda r, p=p: r["phases"][p]) for p in PHASES},
+            "generated_tokens_per_work": per_work(lambda r: r["generated_tokens"])}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -148,21 +142,12 @@ def main(argv: list[str] | None = None) -> dict:
         for agents, k, turns in itertools.product(args.agents, sorted(args.ks),
                                                   sorted(args.turns)):
             rows.append(one_config(tiny, Path(tmp), agents, k, turns, args))
-            print(json.dumps({key: rows[-1][key] for key in
-                              ("agents", "K", "turns", "wall_s", "cpu_s", "phases",
-                                         "load_avg_after")}),
-                  flush=True)
-    result = {"bench": "team_round", "world": "plan_path", "B": args.b,
-              "max_new_tokens": args.max_new_tokens, "size": args.size, "warmup": args.warmup,
-              "slopes": summarize(rows), "rows": rows,
-              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "machine": machine(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                              time.gmtime()),
-              "argv": sys.argv[1:] if argv is None else argv}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["slopes"], indent=1))
-    return result
+            progress(rows[-1], ("agents", "K", "turns", "wall_s", "cpu_s", "phases",
+                                "load_avg_after"))
+    return write_result({"bench": "team_round", "world": "plan_path", "B": args.b,
+                         "max_new_tokens": args.max_new_tokens, "size": args.size,
+                         "warmup": args.warmup, "slopes": summarize(rows), "rows": rows},
+                        args.out, argv, rss_key="peak_rss_mb")
 
 
 if __name__ == "__main__":
