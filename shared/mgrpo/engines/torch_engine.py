@@ -79,10 +79,18 @@ class TorchEngine:
         self.static_cache = static_cache  # see mgrpo.engines.decoders.StaticDecoder
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
+        self.refusal: str | None = None  # set by refuse_generation
 
     # -- public API -------------------------------------------------------------------------
+    def refuse_generation(self, reason: str) -> None:
+        """From now on :meth:`generate` raises ``RuntimeError(reason)`` (a model this process
+        cannot run alone, e.g. sharded over several ranks); weights still load."""
+        self.refusal = reason
+
     def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Sample completions for ``requests``; returns one :class:`Completion` per request."""
+        if self.refusal is not None:
+            raise RuntimeError(self.refusal)
         for i, req in enumerate(requests):
             if not req.prompt_ids:
                 raise ValueError(f"request {i} has an empty prompt; give at least one token id")

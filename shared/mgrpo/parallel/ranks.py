@@ -74,6 +74,9 @@ from mgrpo.parallel import checkpoint as ckpt
 from mgrpo.parallel import sharding
 
 log = logging.getLogger(__name__)
+SHARDED_GENERATE = ("the trainer's model is sharded over its ranks (FSDP2): rank 0 cannot "
+                    "generate with it alone (an llm judge on the trained model); run this "
+                    "trainer with MGRPO_TRAINER_STRATEGY=ddp")
 HEARTBEAT_S = 10.0  # rank 0 says "idle" this often when it sends nothing else
 TIMEOUT_S = 1800.0  # a collective waiting this long fails (a rank is stuck or gone)
 CLOSE_S = 30.0  # at stop, a rank waits this long for the others before leaving the group
@@ -151,7 +154,7 @@ class Ranks:
         rank, and start the heartbeat."""
         lm.ranks = self
         if self.strategy == "fsdp":  # rank 0 alone cannot run a sharded model's forward
-            lm.engine.generate = _sharded_generate
+            lm.engine.refuse_generation(SHARDED_GENERATE)
         threading.Thread(target=self._heartbeat, name="trainer-ranks-heartbeat",
                          daemon=True).start()
 
@@ -250,8 +253,3 @@ class Ranks:
             elif command != "idle":
                 raise ValueError(f"trainer rank {self.rank}: unknown command {command!r}")
 
-
-def _sharded_generate(*args, **kwargs):
-    raise RuntimeError("the trainer's model is sharded over its ranks (FSDP2): rank 0 cannot "
-                       "generate with it alone (an llm judge on the trained model); run this "
-                       "trainer with MGRPO_TRAINER_STRATEGY=ddp")

@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
+from mgrpo.engines.registry import engine_kind
 from mgrpo.training import aliases
 from mgrpo.training.loss_config import LossConfig, RewardWeights
 from mgrpo.training.metric_names import namespace_clash
@@ -79,13 +80,15 @@ class RunConfig(StrictModel):
         "turns on a world (its roles replace `agents`; algorithm at_grpo).")
     models: dict[str, ModelConfig]
     engines: dict[str, str] = Field(
-        default_factory=dict, description="Agent role -> inference engine of its rollouts "
-        "(distributed mode; roles not listed: MGRPO_ENGINE, default torch): `torch` "
-        "(TorchEngine), `vllm` (VLLMEngine in the worker's process: vLLM must be installed "
-        "there) or the http(s) URL of an OpenAI-compatible server serving that role's model "
-        "(vLLM's: `python -m vllm.entrypoints.openai.api_server`, docs/models.md), e.g. "
-        "http://vllm-searcher:8001. The trainer "
-        "always trains with torch; workers reload each new checkpoint into their engine.")
+        default_factory=dict, description="Agent role -> inference engine of its rollouts, "
+        "in both modes (roles not listed: torch embedded, MGRPO_ENGINE in the services): "
+        "`torch` (TorchEngine), `vllm` (VLLMEngine in the sampling process: vLLM must be "
+        "installed there), the http(s) URL of an OpenAI-compatible server serving that "
+        "role's model (vLLM's: `python -m vllm.entrypoints.openai.api_server`, "
+        "docs/models.md), e.g. http://vllm-searcher:8001, or `package.module:factory` "
+        "(factory(model_path, device) -> (model, tokenizer, engine)); mgrpo.engines.registry. "
+        "Embedded mode needs one engine per model. The trainer always trains with torch; a "
+        "non-torch engine loads each new checkpoint.")
     k: int = Field(8, ge=2, description="Rollouts per query (paper: 8).")
     queries_per_round: int = Field(16, ge=1)
     d: int | Literal["auto"] = Field(
@@ -233,12 +236,11 @@ class RunConfig(StrictModel):
             if role not in self.agents:
                 raise ValueError(f"engines.{role}: not a role of `agents` "
                                  f"({sorted(self.agents)})")
-            if engine not in ("torch", "vllm") and not engine.startswith(("http://",
-                                                                           "https://")):
-                raise ValueError(f"engines.{role}={engine!r}: use torch, vllm, or the "
-                                 "http(s):// URL of an OpenAI-compatible server")
-            if engine.startswith(("http://", "https://")) \
-                    and self.models[self.agents[role]].lora is not None:
+            try:
+                kind = engine_kind(engine)
+            except ValueError as exc:
+                raise ValueError(f"engines.{role}: {exc}") from None
+            if kind == "remote" and self.models[self.agents[role]].lora is not None:
                 raise ValueError(f"engines.{role} is a server URL but model "
                                  f"{self.agents[role]!r} trains a LoRA adapter: a server "
                                  "reloads full weights only; use torch or vllm for that role")

@@ -51,8 +51,8 @@ def load_trained(system) -> dict[str, int]:
     """Load the latest checkpoint of each model of ``system``'s run (its ``out_dir`` and
     ``name``) into the model in place; returns {model: version}. Models the run never
     checkpointed (frozen ones) keep their ``path`` weights; no checkpoint at all is an error."""
-    from mgrpo.models.checkpoint import latest_version, load_checkpoint
-    from mgrpo.training.run_state import run_dirs
+    from mgrpo.models.checkpoint import latest_version, load_checkpoint, version_uri
+    from mgrpo.training.run_state import run_dirs, sync_sampler
 
     root, _ = run_dirs(system.cfg)
     loaded = {}
@@ -60,7 +60,8 @@ def load_trained(system) -> dict[str, int]:
         version = latest_version(root, lm.name)
         if version is not None:
             load_checkpoint(root, lm.name, version=version, model=lm.model)
-            lm.version = lm.engine.version = version
+            lm.version = version
+            sync_sampler(lm, version_uri(root, lm.name, version))
             loaded[lm.name] = version
     if not loaded:
         raise FileNotFoundError(f"run {system.cfg.name!r} has no checkpoints under {root}")

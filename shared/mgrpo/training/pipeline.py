@@ -39,6 +39,7 @@ from mgrpo.algo.staleness import Admission
 from mgrpo.training.evaluate import evaluate, evaluate_both
 from mgrpo.training.round_store import finish_round, open_round, round_id_of
 from mgrpo.training.rounds import collect, sample_questions
+from mgrpo.training.run_state import sync_sampler
 from mgrpo.training.stages import stage_pool
 
 
@@ -62,6 +63,11 @@ def sampler_system(system):
         if lm.optimizer is None:
             models[name] = lm
             continue
+        if getattr(lm.engine, "model", None) is not lm.model:
+            raise ValueError(f"model {name!r} samples with {type(lm.engine).__name__}: the "
+                             "asynchronous embedded mode (max_staleness > 0) samples trained "
+                             "models with torch copies; use the torch engine for it, or "
+                             "max_staleness 0")
         twin = copy.deepcopy(lm.model).eval()
         for p in twin.parameters():
             p.requires_grad_(False)
@@ -131,7 +137,8 @@ def _generate(sampler, published: _Published, rounds: list[tuple[int, int]], run
                 lm = sampler.models[m]
                 if lm.engine.version != version:
                     lm.model.load_state_dict(weights)
-                    lm.engine.version = lm.version = version
+                    lm.version = version
+                    sync_sampler(lm, weights)
             if stage_index not in pools:
                 pools[stage_index] = stage_pool(sampler, stage_index, run_id)
             questions = sample_questions(pools[stage_index], cfg.queries_per_round, cfg.seed,

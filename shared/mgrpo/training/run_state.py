@@ -123,7 +123,12 @@ def clean_uncommitted(cfg: RunConfig, models: list[str]) -> list[str]:
 def start_weights(system: System, resume: bool) -> int:
     """Clean leftovers; then resume (``resume``), or start fresh (from ``init_from`` if the
     config names a run). Returns the rounds already done."""
-    from mgrpo.models.checkpoint import latest_version, list_versions, load_checkpoint
+    from mgrpo.models.checkpoint import (
+        latest_version,
+        list_versions,
+        load_checkpoint,
+        version_uri,
+    )
 
     cfg = system.cfg
     trained = [lm.name for lm in system.models.values() if lm.optimizer is not None]
@@ -147,6 +152,7 @@ def start_weights(system: System, resume: bool) -> int:
                         f"{lm.name} under {source_root}")
                 continue
             load_checkpoint(source_root, lm.name, version=version, model=lm.model)
+            sync_sampler(lm, version_uri(source_root, lm.name, version))
     return 0
 
 

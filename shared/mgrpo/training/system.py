@@ -1,11 +1,12 @@
 """Assemble a runnable multi-agent system from a run config: models, engines, tools, runner.
 
-Embedded mode builds everything in this process; every model is loaded once and shared by
-its engine (sampling) and its trainer (updates), so "weight sync" is a version bump (a
-LoRA model, ``models.<m>.lora``, is the same peft model in both: the engine samples through
-the adapter being trained). The
-services build the same pieces, one model per process.
-"""
+Embedded mode builds everything in this process; every model is loaded once. With the torch
+engine (the default) it is shared by its engine (sampling) and its trainer (updates), so
+"weight sync" is a version bump (a LoRA model, ``models.<m>.lora``, is the same peft model in
+both: the engine samples through the adapter being trained). Any other engine a role names
+(``engines:``: vllm, a server URL, ``module:factory``; :mod:`mgrpo.engines.registry`) keeps
+its own weights and loads each checkpoint the trainer writes. The services build the same
+pieces, one model per process."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
 from mgrpo.envs.turn_formats import make_turn_format
@@ -120,18 +122,31 @@ def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
             for role in roles}
 
 
+def model_engines(cfg: RunConfig) -> dict[str, str]:
+    """model -> the engine spec of its roles (``engines.<role>``, default ``torch``): embedded
+    mode builds one engine per model, so the roles of one model must name the same one."""
+    specs: dict[str, dict[str, str]] = {}
+    for role, model_name in cfg.agents.items():
+        specs.setdefault(model_name, {})[role] = cfg.engines.get(role, "torch")
+    for model_name, by_role in specs.items():
+        if len(set(by_role.values())) > 1:
+            raise ValueError(f"model {model_name!r}: its roles name different engines "
+                             f"({by_role}); embedded mode samples each model with one engine")
+    return {m: next(iter(by_role.values())) for m, by_role in specs.items()}
+
+
 def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
-    """Every model an agent uses, loaded once (its torch engine and, when trainable, its
-    optimizer), seeded by the run's seed: embedded mode's models, whatever the workflow."""
-    from mgrpo.engines.torch_engine import TorchEngine
+    """Every model an agent uses, loaded once (the torch model, its optimizer when trainable,
+    and the engine its roles name, built by :func:`mgrpo.engines.registry.build_engine`),
+    seeded by the run's seed: embedded mode's models, whatever the workflow. A torch engine
+    samples from the trained model itself; any other engine starts on ``models.<m>.path`` and
+    gets each new checkpoint through its ``load_weights``
+    (:func:`mgrpo.training.run_state.sync_sampler`)."""
     from mgrpo.models import load_model
     from mgrpo.models.lora import apply_lora
     from mgrpo.training.precision import make_optimizer, prepare_for_training
 
-    other = {role: e for role, e in cfg.engines.items() if e != "torch"}
-    if other:
-        raise ValueError(f"engines {other}: the embedded mode samples with the torch engine "
-                         "only; run the services (`mgrpo up`) for vllm or server engines")
+    specs = model_engines(cfg)
     torch.manual_seed(cfg.seed)
     models: dict[str, LoadedModel] = {}
     for name in dict.fromkeys(cfg.agents.values()):
@@ -140,7 +155,8 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
         if mcfg.lora is not None:  # only the adapter trains; the engine samples through it
             model = apply_lora(model, mcfg.lora)
         model.eval()
-        engine = TorchEngine(model, tokenizer, device=device)
+        engine = build_engine(specs[name], mcfg.path, device, lora=mcfg.lora, model=model,
+                              tokenizer=tokenizer).engine
         optimizer = None
         if mcfg.trainable:
             prepare_for_training(model, mcfg)  # gradient checkpointing when asked

@@ -1,0 +1,165 @@
+"""Engines by spec: the one place an engine is chosen and built, for both modes.
+
+An engine spec is a string (``engines.<role>`` of the run config, ``MGRPO_ENGINE``):
+
+- ``torch``: :class:`~mgrpo.engines.torch_engine.TorchEngine` (transformers, in-process);
+- ``vllm``: :class:`~mgrpo.engines.vllm_engine.VLLMEngine` (vLLM's offline ``LLM``; vLLM must
+  be installed in this Python);
+- an ``http(s)://`` URL: :class:`~mgrpo.engines.remote.RemoteEngine` (an OpenAI-compatible
+  server that returns logprobs);
+- ``package.module:factory``: a user engine, ``factory(model_path, device)`` returning
+  ``(model, tokenizer, engine)``.
+
+:func:`engine_kind` names a spec's kind (``torch``, ``vllm``, ``remote``, ``factory``) or
+raises a ``ValueError`` that lists the valid ones; :func:`build_engine` builds it. The
+services build each role's engine with it (``mgrpo.services.context``), embedded mode each
+model's (``mgrpo.training.system.load_models``), and the run config validates its
+``engines:`` with :func:`engine_kind`. ``register_engine`` adds a named kind.
+
+A torch engine samples from a torch model that :func:`build_engine` loads (or from the one
+passed as ``model=``: embedded mode's trained model, so a weight update is a version bump).
+Every other kind keeps its weights to itself and takes new ones through ``load_weights``.
+
+What it does NOT do: load weights of a run (the services' ``refresh_weights`` and embedded
+mode's ``sync_sampler`` do), or start a server.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+URL_PREFIXES = ("http://", "https://")
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine a spec names cannot run in this process (not installed)."""
+
+
+@dataclass
+class BuiltEngine:
+    """What :func:`build_engine` returns. ``model``: the torch model the engine samples from
+    (None when the weights live in the engine: vllm, a server, a factory without one)."""
+
+    model: Any
+    tokenizer: Any
+    engine: Any
+
+    def __iter__(self):  # (model, tokenizer, engine) = build_engine(...)
+        return iter((self.model, self.tokenizer, self.engine))
+
+
+# builder(spec, path, device, lora, model, tokenizer) -> BuiltEngine
+Builder = Callable[..., BuiltEngine]
+
+
+def lora_rank_cap(r: int) -> int:
+    """vLLM's ``max_lora_rank`` for an adapter of rank ``r``: the smallest power of two
+    >= max(r, 8)."""
+    cap = 8
+    while cap < r:
+        cap *= 2
+    return cap
+
+
+def _tokenizer(path: str, tokenizer: Any) -> Any:
+    if tokenizer is not None:
+        return tokenizer
+    from mgrpo.models import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
+           tokenizer: Any = None) -> BuiltEngine:
+    from mgrpo.engines.torch_engine import TorchEngine
+
+    if model is None:
+        from mgrpo.models import load_model
+
+        model, tokenizer = load_model(path, device=device)
+        if lora is not None:
+            from mgrpo.models.lora import apply_lora, reset_adapter
+
+            model = apply_lora(model, lora)
+            reset_adapter(model)  # the same initial adapter in every process
+        model.eval()
+    tokenizer = _tokenizer(path, tokenizer)
+    return BuiltEngine(model, tokenizer, TorchEngine(model, tokenizer, device=device))
+
+
+def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
+          tokenizer: Any = None) -> BuiltEngine:
+    from mgrpo.engines.vllm_engine import INSTALL_HINT, VLLMEngine
+
+    if importlib.util.find_spec("vllm") is None:
+        raise EngineUnavailable(f"engine 'vllm' is not installed in {sys.executable}. "
+                                f"{INSTALL_HINT}")
+    lora_kwargs = ({} if lora is None else
+                   {"enable_lora": True, "max_lora_rank": lora_rank_cap(lora.r)})
+    return BuiltEngine(None, _tokenizer(path, tokenizer), VLLMEngine(path, **lora_kwargs))
+
+
+def _remote(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
+            tokenizer: Any = None) -> BuiltEngine:
+    from mgrpo.engines.remote import RemoteEngine
+
+    if lora is not None:
+        raise ValueError(f"engine {spec!r} is a server: models.<m>.lora needs the torch or "
+                         "vllm engine for every role of that model (a server reloads full "
+                         "weights only)")
+    return BuiltEngine(None, _tokenizer(path, tokenizer), RemoteEngine(spec))
+
+
+def _factory(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
+             tokenizer: Any = None) -> BuiltEngine:
+    """``factory(path, device)`` -> (model, tokenizer, engine); a LoRA model's engine gets
+    the adapter checkpoints in ``load_weights`` and must handle them itself."""
+    module, _, attr = spec.partition(":")
+    built = getattr(importlib.import_module(module), attr)(path, device)
+    return BuiltEngine(*built)
+
+
+ENGINES: dict[str, Builder] = {"torch": _torch, "vllm": _vllm, "remote": _remote,
+                               "factory": _factory}
+
+
+def register_engine(name: str, builder: Builder) -> None:
+    """Make ``name`` an engine spec built by ``builder(spec, path, device, lora=, model=,
+    tokenizer=)`` -> :class:`BuiltEngine`."""
+    if name in ENGINES or ":" in name or name.startswith(URL_PREFIXES):
+        raise ValueError(f"engine {name!r}: taken or not a plain name "
+                         f"(have {sorted(ENGINES)})")
+    ENGINES[name] = builder
+
+
+def valid_specs() -> str:
+    named = ", ".join(sorted(k for k in ENGINES if k not in ("remote", "factory")))
+    return f"{named}, an http(s):// URL (remote) or 'package.module:factory'"
+
+
+def engine_kind(spec: str) -> str:
+    """The registry key of ``spec``; a ``ValueError`` listing the valid specs otherwise."""
+    if spec.startswith(URL_PREFIXES):
+        return "remote"
+    if spec in ENGINES and spec not in ("remote", "factory"):
+        return spec
+    module, sep, attr = spec.partition(":")
+    if sep and module and attr and all(p.isidentifier() for p in module.split(".")) \
+            and attr.isidentifier():
+        return "factory"
+    raise ValueError(f"unknown engine {spec!r}: use {valid_specs()}")
+
+
+def build_engine(spec: str, path: str, device: str = "cpu", *, lora: Any = None,
+                 model: Any = None, tokenizer: Any = None) -> BuiltEngine:
+    """The engine ``spec`` names, for the HF folder ``path`` (the tokenizer and, for torch
+    and vllm, the initial weights). ``lora`` (a ``LoraSpec``): torch wraps its model in that
+    adapter, vllm is built with ``enable_lora``, a server refuses it. ``model`` (and
+    ``tokenizer``): an already loaded torch model for a torch engine to sample from."""
+    return ENGINES[engine_kind(spec)](spec, str(path), device, lora=lora, model=model,
+                                      tokenizer=tokenizer)
