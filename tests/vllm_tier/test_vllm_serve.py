@@ -37,10 +37,10 @@ def server(tiny_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def remote(server, tiny_dir):
     """The engine a worker builds for ``engines: {role: <url>}`` in the run config."""
+    from mgrpo.engines.registry import build_engine
     from mgrpo.engines.remote import RemoteEngine
-    from mgrpo.services.context import load_engine
 
-    _, _, engine = load_engine(str(tiny_dir), "cpu", server.url)
+    _, _, engine = build_engine(server.url, str(tiny_dir))
     assert isinstance(engine, RemoteEngine)
     engine.client.timeout = 600
     yield engine

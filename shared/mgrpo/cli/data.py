@@ -153,8 +153,8 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
     """SFT transcripts by rejection sampling: a teacher plays every role, the episodes your
     verifier scores correct are kept (format: docs/protocol.md)."""
     from mgrpo.config import Settings
+    from mgrpo.engines.registry import build_engine
     from mgrpo.envs import load_benchmark
-    from mgrpo.services.context import load_engine
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.transcripts import write_transcripts
     from mgrpo.workflows import refuse_embedded_only
@@ -163,10 +163,10 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
     refuse_embedded_only(cfg, "mgrpo data transcripts")
     device = Settings().device
     if Path(teacher).is_dir():
-        _, tok, engine = load_engine(teacher, device, "torch")
+        _, tok, engine = build_engine("torch", teacher, device)
     else:
         path = str(tokenizer or cfg.models[cfg.agents["planner"]].path)
-        _, tok, engine = load_engine(path, device, teacher)
+        _, tok, engine = build_engine(teacher, path, device)
     summary = write_transcripts(cfg, load_benchmark(bench or cfg.bench_dir), engine, tok, out,
                                 split=split, n=n, samples=samples, seed=seed,
                                 min_score=min_score, progress=True)

@@ -30,8 +30,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 URL_PREFIXES = ("http://", "https://")
 
@@ -40,17 +39,13 @@ class EngineUnavailable(RuntimeError):
     """The engine a spec names cannot run in this process (not installed)."""
 
 
-@dataclass
-class BuiltEngine:
+class BuiltEngine(NamedTuple):
     """What :func:`build_engine` returns. ``model``: the torch model the engine samples from
     (None when the weights live in the engine: vllm, a server, a factory without one)."""
 
     model: Any
     tokenizer: Any
     engine: Any
-
-    def __iter__(self):  # (model, tokenizer, engine) = build_engine(...)
-        return iter((self.model, self.tokenizer, self.engine))
 
 
 # builder(spec, path, device, lora, model, tokenizer) -> BuiltEngine

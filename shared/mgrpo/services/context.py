@@ -15,7 +15,7 @@ What this module does NOT do: handle messages (``planner.worker``, ``subagent.wo
 from __future__ import annotations
 
 import logging
-import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,75 +111,9 @@ def stored_run_config(store, run_id: str) -> RunConfig | None:
     return spec.run if spec is not None else None
 
 
-class EngineUnavailable(RuntimeError):
-    """The engine a run config names cannot run in this process (not installed)."""
-
-
 def agent_engine(cfg: RunConfig, role: str, settings: Settings) -> str:
     """The engine of ``role``: the run config's ``engines.<role>``, else ``MGRPO_ENGINE``."""
     return cfg.engines.get(role, settings.engine)
-
-
-def lora_rank_cap(r: int) -> int:
-    """vLLM's ``max_lora_rank`` for an adapter of rank ``r``: the smallest power of two
-    >= max(r, 8)."""
-    cap = 8
-    while cap < r:
-        cap *= 2
-    return cap
-
-
-def load_engine(path: str, device: str, engine: str = "torch",
-                lora: Any = None) -> tuple[Any, Any, Any]:
-    """(model, tokenizer, engine) for a local HF folder. ``engine``: ``torch``; ``vllm``
-    (model None: the weights live in vLLM); an ``http(s)://`` URL of an OpenAI-compatible
-    server (model None; the tokenizer is read from ``path``); or a ``module:factory`` path
-    (``MGRPO_ENGINE``) called as ``factory(path, device)``. ``lora`` (the model's
-    ``LoraSpec``): the torch model is wrapped with that adapter (seeded initial values) and
-    a vllm engine is built with ``enable_lora``; a server URL refuses it (its refresh path
-    reloads full weights only); a ``module:factory`` engine gets the adapter checkpoints in
-    ``load_weights`` and must handle them itself."""
-    if lora is not None and engine.startswith(("http://", "https://")):
-        raise ValueError(f"engine {engine!r} is a server: models.<m>.lora needs the torch or "
-                         "vllm engine for every role of that model (a server reloads full "
-                         "weights only)")
-    if engine == "vllm":
-        import importlib.util
-
-        from mgrpo.engines.vllm_engine import INSTALL_HINT, VLLMEngine
-
-        if importlib.util.find_spec("vllm") is None:
-            raise EngineUnavailable(f"engine 'vllm' is not installed in {sys.executable}. "
-                                    f"{INSTALL_HINT}")
-        from mgrpo.models import load_tokenizer
-
-        lora_kwargs = ({} if lora is None else
-                       {"enable_lora": True, "max_lora_rank": lora_rank_cap(lora.r)})
-        return None, load_tokenizer(path), VLLMEngine(path, **lora_kwargs)
-    if engine.startswith(("http://", "https://")):
-        from mgrpo.engines.remote import RemoteEngine
-        from mgrpo.models import load_tokenizer
-
-        return None, load_tokenizer(path), RemoteEngine(engine)
-    if engine != "torch":
-        import importlib
-
-        module, _, attr = engine.partition(":")
-        if not attr:
-            raise ValueError(f"MGRPO_ENGINE={engine!r} must be 'torch', 'vllm', an http(s) "
-                             "URL or 'package.module:factory'")
-        return getattr(importlib.import_module(module), attr)(path, device)
-    from mgrpo.engines.torch_engine import TorchEngine
-    from mgrpo.models import load_model
-
-    model, tokenizer = load_model(path, device=device)
-    if lora is not None:
-        from mgrpo.models.lora import apply_lora, reset_adapter
-
-        model = apply_lora(model, lora)
-        reset_adapter(model)  # the same initial adapter in every process
-    model.eval()
-    return model, tokenizer, TorchEngine(model, tokenizer, device=device)
 
 
 def initial_weights(store, model_name: str, cfg: RunConfig | None) -> str:
@@ -206,12 +140,16 @@ def initial_weights(store, model_name: str, cfg: RunConfig | None) -> str:
     return path
 
 
+# engine -> the (run id, checkpoint source) refresh_weights last put in it
+LOADED: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
+
+
 def refresh_weights(store, engine, model_name: str, run_id: str,
                     cfg: RunConfig | None = None) -> bool:
     """Put ``run_id``'s newest recorded checkpoint of ``model_name`` in the engine (or, before
     the run has one, its :func:`initial_weights`); True if the weights changed. Weights of
     another run are never used unless this run's ``init_from`` names them. Call between
-    batches, never mid-episode. ``engine.weights_of`` remembers the (run, source) loaded."""
+    batches, never mid-episode. :data:`LOADED` remembers each engine's (run, source)."""
     record = store.latest_checkpoint(model_name, run_id=run_id)
     if record is not None:
         source, version = record.uri, record.version
@@ -220,12 +158,12 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
             cfg = stored_run_config(store, run_id)
         source, version = initial_weights(store, model_name, cfg), 0
     key = (run_id, source)
-    if getattr(engine, "weights_of", None) == key:
+    if LOADED.get(engine) == key:
         return False
     by_reference = getattr(engine, "loads_by_reference", False)  # a server reads the folder
     engine.load_weights(folder_weights(source) if version == 0 and not by_reference
                         else source, version)
-    engine.weights_of = key
+    LOADED[engine] = key
     log.info("%s: run %s samples from v%d (%s)", model_name, run_id, version, source)
     return True
 

@@ -127,13 +127,14 @@ def reference(store, run_id: str, tiny: Path, cfg) -> tuple[list[dict], list[dic
     each round."""
     import torch
 
+    from mgrpo.engines.registry import build_engine
     from mgrpo.envs import load_benchmark
-    from mgrpo.services.context import load_engine, round_spec
+    from mgrpo.services.context import round_spec
     from mgrpo.services.trainer.service import TrainedModel, put_state
     from mgrpo.training.judging import build_expert_judges
     from mgrpo.training.rounds import train_model
 
-    net, tokenizer, engine = load_engine(str(tiny), "cpu")
+    net, tokenizer, engine = build_engine("torch", str(tiny))
     lm = TrainedModel(MODEL, net, tokenizer, engine, torch.optim.Adam(net.parameters()))
     put_state(lm, cfg.models[MODEL].lr, None, str(tiny))
 
@@ -242,7 +243,7 @@ def saved_adam(store, run_id: str, tiny: Path, version: int) -> dict:
 
     import torch
 
-    from mgrpo.services.context import load_engine
+    from mgrpo.engines.registry import build_engine
     from mgrpo.services.trainer.service import TrainedModel, put_state
 
     record = next(c for c in store.list_checkpoints(MODEL, run_id=run_id)
@@ -251,7 +252,7 @@ def saved_adam(store, run_id: str, tiny: Path, version: int) -> dict:
     entry = json.loads((folder / "manifest.json").read_text())["extra"]["optimizer"]
     assert entry["format"] == "dcp" and entry["ranks"] == 2, entry
     assert (folder.parent / entry["file"] / ".metadata").is_file()
-    net, tokenizer, engine = load_engine(str(tiny), "cpu")
+    net, tokenizer, engine = build_engine("torch", str(tiny))
     lm = TrainedModel(MODEL, net, tokenizer, engine, torch.optim.Adam(net.parameters()))
     assert put_state(lm, 1e-3, (record.uri, version), str(tiny))
     return adam_state(lm)

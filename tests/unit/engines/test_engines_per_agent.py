@@ -1,5 +1,6 @@
-"""The engine of each agent comes from the run config (``engines: {role: torch | vllm | URL}``),
-with a clear error when the named engine cannot run in the worker's process."""
+"""The engine of each agent comes from the run config (``engines: {role: torch | vllm | URL |
+module:factory}``), with a clear error when the named engine cannot run in the process that
+samples (a service worker, or the embedded run)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from mgrpo.config import Settings
+from mgrpo.engines.registry import EngineUnavailable, build_engine
 from mgrpo.engines.remote import RemoteEngine
-from mgrpo.services.context import EngineUnavailable, agent_engine, load_engine
+from mgrpo.services.context import agent_engine
 from mgrpo.training.config import RunConfig
 
 MODELS = {"m": {"path": "x"}}
@@ -26,7 +28,8 @@ def test_engines_per_role_are_validated():
     assert agent_engine(RunConfig(agents=AGENTS, models=MODELS), "planner", settings) == "torch"
     with pytest.raises(ValidationError, match="engines.coder: not a role of `agents`"):
         RunConfig(agents=AGENTS, models=MODELS, engines={"coder": "torch"})
-    with pytest.raises(ValidationError, match=r"engines.planner='sglang': use torch, vllm"):
+    with pytest.raises(ValidationError, match=r"engines.planner: unknown engine 'sglang': use "
+                                              r"torch, vllm"):
         RunConfig(agents=AGENTS, models=MODELS, engines={"planner": "sglang"})
 
 
@@ -34,20 +37,24 @@ def test_engines_per_role_are_validated():
 def test_vllm_engine_without_vllm_is_a_clear_error(tiny_dir):
     with pytest.raises(EngineUnavailable, match=r"engine 'vllm' is not installed in .*"
                                                 r"make vllm-venv"):
-        load_engine(str(tiny_dir), "cpu", "vllm")
+        build_engine("vllm", str(tiny_dir))
 
 
 def test_url_engine_is_a_remote_engine_with_the_folders_tokenizer(tiny_dir):
-    model, tokenizer, engine = load_engine(str(tiny_dir), "cpu", "http://127.0.0.1:9/")
+    model, tokenizer, engine = build_engine("http://127.0.0.1:9/", str(tiny_dir))
     assert model is None and isinstance(engine, RemoteEngine)
     assert str(engine.client.base_url).rstrip("/") == "http://127.0.0.1:9"
     assert tokenizer.pad_token_id is not None and tokenizer("hi")["input_ids"]
     engine.close()
 
 
-def test_embedded_mode_refuses_a_non_torch_engine():
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_embedded_mode_builds_the_vllm_engine_a_role_names(tiny_dir):
+    """Embedded mode asks the registry for the role's engine: without vLLM in this Python that
+    is the registry's one-line error, not a refusal of every engine but torch."""
     from mgrpo.training.system import build_system
 
-    cfg = RunConfig(agents=AGENTS, models=MODELS, engines={"planner": "vllm"})
-    with pytest.raises(ValueError, match="embedded mode samples with the torch engine only"):
+    cfg = RunConfig(agents=AGENTS, models={"m": {"path": str(tiny_dir)}},
+                    engines={"planner": "vllm", "searcher": "vllm"})
+    with pytest.raises(EngineUnavailable, match=r"engine 'vllm' is not installed in "):
         build_system(cfg)

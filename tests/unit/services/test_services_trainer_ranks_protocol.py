@@ -60,15 +60,15 @@ def test_failed_update_then_good_update_save_reload_stop(tmp_path, how):
     from safetensors.torch import load_file
     from services_testkit import make_tiny
 
+    from mgrpo.engines.registry import build_engine
     from mgrpo.models.checkpoint import save_checkpoint, version_uri
     from mgrpo.parallel.optimizer_state import save_optimizer_state
-    from mgrpo.services.context import load_engine
     from mgrpo.services.trainer.service import TrainedModel, put_state
     from mgrpo.training.rounds import update_model
 
     tiny = str(make_tiny(tmp_path / "tiny"))
     # One process, the same update; its checkpoint as the single-process trainer writes it.
-    net, tokenizer, engine = load_engine(tiny, "cpu")
+    net, tokenizer, engine = build_engine("torch", tiny)
     lm = TrainedModel("planner", net, tokenizer, engine, torch.optim.Adam(net.parameters()))
     put_state(lm, 1e-3, None, tiny)
     metrics = update_model(lm, samples(), run_config(tiny), 0)
@@ -101,7 +101,7 @@ def test_failed_update_then_good_update_save_reload_stop(tmp_path, how):
         if name != "model.safetensors":  # config, tokenizer: byte for byte
             assert one_m["files"][name] == two_m["files"][name], name
     diff = max(float((one_w[k] - two_w[k]).abs().max()) for k in one_w)
-    initial = dict(load_engine(tiny, "cpu")[0].state_dict())
+    initial = dict(build_engine("torch", tiny)[0].state_dict())
     moved = max(float((one_w[k] - initial[k]).abs().max()) for k in one_w)
     print(f"{how}: max |w(1 process) - w(2 ranks)| = {diff:.3g} (the update moved the "
           f"weights by up to {moved:.3g})")
@@ -127,7 +127,7 @@ def test_failed_update_then_good_update_save_reload_stop(tmp_path, how):
             assert torch.equal(tensor, restored[r]["weights"][name]), (r, name)
 
     # One process resumes from the DCP folder (no process group): the ranks' state, whole.
-    net1, _, engine1 = load_engine(tiny, "cpu")
+    net1, _, engine1 = build_engine("torch", tiny)
     lm1 = TrainedModel("planner", net1, tokenizer, engine1, torch.optim.Adam(net1.parameters()))
     assert put_state(lm1, 1e-3, (f"{tmp_path}/ck/planner/v000001", 1), tiny)
     names = {id(p): n for n, p in net1.named_parameters()}

@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
 from mgrpo.config import Settings
+from mgrpo.engines.registry import build_engine
 from mgrpo.envs.questions import Question
 from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
     agent_engine,
-    load_engine,
     refresh_weights,
     round_spec,
 )
@@ -108,9 +108,9 @@ class PlannerRuntime:
     def build(cls, settings: Settings, cfg: RunConfig, store, bus,
               reply_suffix: str = "") -> PlannerRuntime:
         model_name = cfg.agents["planner"]
-        _, tokenizer, engine = load_engine(cfg.models[model_name].path, settings.device,
-                                           agent_engine(cfg, "planner", settings),
-                                           lora=cfg.models[model_name].lora)
+        _, tokenizer, engine = build_engine(agent_engine(cfg, "planner", settings),
+                                            cfg.models[model_name].path, settings.device,
+                                            lora=cfg.models[model_name].lora)
         refresh_weights(store, engine, model_name, cfg.name, cfg)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer, turn_format=make_turn_format(

@@ -28,13 +28,13 @@ import time
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
+from mgrpo.engines.registry import build_engine
 from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
     agent_engine,
     build_tool,
-    load_engine,
     refresh_weights,
     round_spec,
 )
@@ -59,9 +59,9 @@ class SubagentWorker:
         self.model = cfg.agents.get(name, name)
         path = model_path or cfg.models[self.model].path
         mcfg = cfg.models.get(self.model)
-        _, tokenizer, engine = load_engine(path, settings.device,
-                                           agent_engine(cfg, name, settings),
-                                           lora=mcfg.lora if mcfg is not None else None)
+        _, tokenizer, engine = build_engine(agent_engine(cfg, name, settings), path,
+                                            settings.device,
+                                            lora=mcfg.lora if mcfg is not None else None)
         refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),

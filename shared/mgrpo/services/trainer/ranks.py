@@ -8,9 +8,9 @@ What this module does NOT do: send or follow the commands, shard, or checkpoint
 
 from __future__ import annotations
 
+from mgrpo.engines.registry import build_engine
 from mgrpo.parallel.ranks import RankWork
 from mgrpo.parallel.sharding import strategy
-from mgrpo.services.context import load_engine
 from mgrpo.services.trainer.weights import TrainedModel, put_state
 from mgrpo.training.precision import fresh_optimizer, make_optimizer, prepare_for_training
 from mgrpo.training.rounds import local_update
@@ -30,7 +30,7 @@ def strategy_for(settings, cfg, model: str) -> str:
 
 def follower_model(settings, cfg, model: str) -> TrainedModel:
     """Ranks > 0: the model (and Adam) a follower trains; its weights come with ``load``."""
-    net, tokenizer, engine = load_engine(cfg.models[model].path, settings.device,
-                                         lora=cfg.models[model].lora)
+    net, tokenizer, engine = build_engine("torch", cfg.models[model].path, settings.device,
+                                          lora=cfg.models[model].lora)
     optimizer = make_optimizer(prepare_for_training(net, cfg.models[model]), cfg.models[model])
     return TrainedModel(model, net, tokenizer, engine, optimizer, engine.version)

@@ -74,8 +74,9 @@ import uuid
 
 from mgrpo.bus.errors import is_transient
 from mgrpo.config import Settings
+from mgrpo.engines.registry import build_engine
 from mgrpo.services.batching import consume_batches
-from mgrpo.services.context import Queues, load_engine, round_spec
+from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.trainer.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
 from mgrpo.services.trainer.lease import LeaseKeeper
 from mgrpo.services.trainer.readiness import (  # noqa: F401 - re-exported (tests)
@@ -135,8 +136,8 @@ class TrainerService(RunWeights, RoundTraining):
     def load(self) -> None:
         """Load the model's folder; the weights of a run are put in by :meth:`activate`."""
         mcfg = self.cfg.models[self.model_name]
-        model, tokenizer, engine = load_engine(mcfg.path, self.settings.device,
-                                               lora=mcfg.lora)
+        model, tokenizer, engine = build_engine("torch", mcfg.path, self.settings.device,
+                                                lora=mcfg.lora)
         optimizer = None
         if not self.frozen:
             prepare_for_training(model, mcfg)  # gradient checkpointing when asked
