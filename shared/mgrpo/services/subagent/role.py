@@ -15,11 +15,11 @@ import logging
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TurnCompletion, TurnRequest
 from mgrpo.config import Settings
 from mgrpo.engines.base import GenerationRequest
+from mgrpo.engines.registry import build_engine
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
     agent_engine,
-    load_engine,
     refresh_weights,
     round_spec,
 )
@@ -47,8 +47,8 @@ class RoleWorker:
         self.name, self.batch_size = name, batch_size
         self.model = cfg.agents[name]
         mcfg = cfg.models[self.model]
-        _, self.tokenizer, self.engine = load_engine(
-            mcfg.path, settings.device, agent_engine(cfg, name, settings), lora=mcfg.lora)
+        _, self.tokenizer, self.engine = build_engine(
+            agent_engine(cfg, name, settings), mcfg.path, settings.device, lora=mcfg.lora)
         refresh_weights(store, self.engine, self.model, cfg.name, cfg)
         self.queues = Queues(settings.queue_prefix)
         self.calls_done = 0
