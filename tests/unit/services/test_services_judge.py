@@ -42,11 +42,12 @@ def test_distributed_round_uses_the_configured_llm_judges(tmp_path):
             assert valid > 0 and metrics[f"{role}/expert_judged"] == valid
             assert 0 <= metrics[f"{role}/judge_parse_failures"] <= valid
             assert metrics[f"{role}/expert_no_truth"] == 0
-        searcher_judge = trainers["searcher"].judge(cfg).for_role("searcher")
+        searcher_judge = trainers["searcher"].rounds.judge(cfg).for_role("searcher")
         assert isinstance(searcher_judge, LLMExpertJudge)
         assert searcher_judge.engine is trainers["searcher"].lm.engine
-        coder_judge = trainers["coder"].judge(cfg).for_role("coder")
+        coder_judge = trainers["coder"].rounds.judge(cfg).for_role("coder")
         assert isinstance(coder_judge.engine, TorchEngine)
         assert coder_judge.engine is not trainers["coder"].lm.engine
         # A trainer builds only its own roles' judges (never loads another role's model).
-        assert not isinstance(trainers["searcher"].judge(cfg).for_role("coder"), LLMExpertJudge)
+        searchers_coder = trainers["searcher"].rounds.judge(cfg).for_role("coder")
+        assert not isinstance(searchers_coder, LLMExpertJudge)

@@ -36,7 +36,7 @@ RUN = "svc"
 def start(settings, cfg, store) -> TrainerService:
     trainer = TrainerService(settings, cfg, store, bus=None, model="searcher")
     trainer.load()
-    trainer.activate(RUN, cfg)
+    trainer.weights.activate(RUN, cfg)
     return trainer
 
 
@@ -65,7 +65,7 @@ def test_restart_restores_optimizer_state_and_continues_exactly(deployment):
     first = start(settings, cfg, store)
     for _ in range(3):
         step(first)
-    first.save_checkpoint(1, round_id=None, run_id=RUN)
+    first.weights.save_checkpoint(1, round_id=None, run_id=RUN)
 
     second = start(settings, cfg, store)  # the "restarted" trainer
     assert second.lm.version == 1
@@ -94,7 +94,7 @@ def test_corrupted_optimizer_state_is_refused(deployment):
     settings, cfg, store = deployment
     first = start(settings, cfg, store)
     step(first)
-    uri = first.save_checkpoint(1, round_id=None, run_id=RUN)
+    uri = first.weights.save_checkpoint(1, round_id=None, run_id=RUN)
     path = optimizer_state_uri(uri)
     with open(path, "r+b") as handle:
         handle.seek(-1, 2)
@@ -114,10 +114,10 @@ def test_trainer_removes_leftovers_of_killed_writes(deployment):
     settings, cfg, store = deployment
     first = start(settings, cfg, store)
     step(first)
-    first.save_checkpoint(1, round_id=None, run_id=RUN)
+    first.weights.save_checkpoint(1, round_id=None, run_id=RUN)
     step(first)
-    folder = Path(first.run_root(RUN)) / "searcher"
-    save_checkpoint(first.lm.model, first.run_root(RUN), "searcher", 2)  # never recorded
+    folder = Path(first.weights.run_root(RUN)) / "searcher"
+    save_checkpoint(first.lm.model, first.weights.run_root(RUN), "searcher", 2)  # never recorded
     (folder / ".tmp-v000003-0000aaaa").mkdir()
     (folder / "v000003.optimizer.pt.tmp-0000bbbb").write_bytes(b"torn")
     second = start(settings, cfg, store)
@@ -152,10 +152,10 @@ def test_retry_records_the_unrecorded_version_it_wrote_already(deployment, monke
     step(trainer)
     _record_fails_once(store, monkeypatch)
     with pytest.raises(OperationalError):
-        trainer.save_checkpoint(1, round_id=None, run_id=RUN)
-    written = (Path(trainer.run_root(RUN)) / "searcher" / "v000001" / "manifest.json")
+        trainer.weights.save_checkpoint(1, round_id=None, run_id=RUN)
+    written = (Path(trainer.weights.run_root(RUN)) / "searcher" / "v000001" / "manifest.json")
     first_manifest = written.read_bytes()
-    uri = trainer.save_checkpoint(1, round_id=None, run_id=RUN)  # the retry
+    uri = trainer.weights.save_checkpoint(1, round_id=None, run_id=RUN)  # the retry
     assert written.read_bytes() == first_manifest  # recorded as written, not rewritten
     record = store.latest_checkpoint("searcher", run_id=RUN)
     assert (record.version, record.uri) == (1, uri)
@@ -174,13 +174,13 @@ def test_retry_with_other_weights_replaces_the_unrecorded_version(deployment, mo
     step(trainer)
     _record_fails_once(store, monkeypatch)
     with pytest.raises(OperationalError):
-        trainer.save_checkpoint(1, round_id=None, run_id=RUN)
+        trainer.weights.save_checkpoint(1, round_id=None, run_id=RUN)
     step(trainer)
-    trainer.save_checkpoint(1, round_id=None, run_id=RUN)
+    trainer.weights.save_checkpoint(1, round_id=None, run_id=RUN)
     restarted = start(settings, cfg, store)
     assert restarted.lm.version == 1
     assert_same(params(trainer), params(restarted))
-    folder = Path(trainer.run_root(RUN)) / "searcher"
+    folder = Path(trainer.weights.run_root(RUN)) / "searcher"
     assert sorted(p.name for p in folder.iterdir()) == ["v000001", "v000001.optimizer.pt"]
 
 
@@ -192,8 +192,8 @@ def test_keep_checkpoints_deletes_older_versions_and_their_records(deployment):
     trainer = start(settings, cfg, store)
     for version in (1, 2, 3):
         step(trainer)
-        trainer.save_checkpoint(version, round_id=None, run_id=RUN, keep=2)
-    folder = Path(trainer.run_root(RUN)) / "searcher"
+        trainer.weights.save_checkpoint(version, round_id=None, run_id=RUN, keep=2)
+    folder = Path(trainer.weights.run_root(RUN)) / "searcher"
     assert sorted(p.name for p in folder.iterdir()) == [
         "v000002", "v000002.optimizer.pt", "v000003", "v000003.optimizer.pt"]
     assert [c.version for c in store.list_checkpoints("searcher", run_id=RUN)] == [2, 3]

@@ -1,4 +1,4 @@
-"""One round of a trainer (part of
+"""One round of a trainer (``TrainerService.rounds`` of
 :class:`mgrpo.services.trainer.service.TrainerService`): train its model on the round's
 trajectories, checkpoint, record metrics, publish, announce.
 
@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from mgrpo.algo.staleness import worst_staleness
 from mgrpo.bus.messages import WeightsAnnouncement
+from mgrpo.config import Settings
 from mgrpo.services.context import round_spec
+from mgrpo.services.trainer.weights import RunWeights, TrainedModel
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.judging import refresh_judge_weights
@@ -55,9 +58,23 @@ def _latest(store, model: str, run_id: str) -> tuple[str, int] | None:
 
 
 class RoundTraining:
-    """``TrainerService``'s round. Uses its ``settings``, ``store``, ``bus``, ``lm``, ``roles``,
-    ``frozen``, ``lease``/``_leased``, the sinks, ``activate``/``save_checkpoint``
-    (``weights``); keeps ``_judge`` and counts ``rounds_trained``."""
+    """One model's rounds: trains ``lm`` (its ``roles``; scored only when ``frozen``) with the
+    run's weights put in and checkpointed by ``weights``, records to ``store`` and the
+    ``sinks``, publishes and announces on ``bus``. ``lease_lost()`` says whether this trainer
+    lost its lease ``lease_name`` (then no checkpoint is written). ``cfg``: the deployment's
+    run config (for a round record without a :class:`RoundSpec`). Keeps the judges of the
+    last config, one :class:`RunWatch` per run, and counts ``rounds_trained``."""
+
+    def __init__(self, settings: Settings, cfg: RunConfig, store, bus, lm: TrainedModel,
+                 roles: list[str], frozen: bool, weights: RunWeights, *,
+                 lease_lost: Callable[[], bool] = lambda: False, lease_name: str = "",
+                 sinks: tuple = ()) -> None:
+        self.settings, self.cfg, self.store, self.bus = settings, cfg, store, bus
+        self.lm, self.roles, self.frozen, self.weights = lm, roles, frozen, weights
+        self.lease_lost, self.lease_name, self.sinks = lease_lost, lease_name, sinks
+        self.rounds_trained = 0
+        self._judge: tuple | None = None  # (the config's judges key, the judges)
+        self._watches: dict[str, RunWatch] = {}
 
     def train_round(self, record, spec: RoundSpec | None = None) -> dict[str, float]:
         """Train on round ``record`` per its :class:`RoundSpec` (parsed here when not given)."""
@@ -70,7 +87,7 @@ class RoundTraining:
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
         marks.append(("read", time.perf_counter()))
-        self.activate(record.run_id, cfg)
+        self.weights.activate(record.run_id, cfg)
         marks.append(("activate", time.perf_counter()))
         already = store.latest_checkpoint(lm.name, run_id=record.run_id)
         applied = already is not None and already.round_id == round_id
@@ -88,12 +105,13 @@ class RoundTraining:
         finally:
             lm.optimizer = optimizer
             lm.model.eval()
-        if self._leased and not self.lease.held():
-            raise LeaseLost(f"lease {self.lease.name} lost while training round {round_id}; "
+        if self.lease_lost():
+            raise LeaseLost(f"lease {self.lease_name} lost while training round {round_id}; "
                             "no checkpoint written")
         marks.append(("train", time.perf_counter()))
         if not applied and not self.frozen:
-            self.save_checkpoint(version, round_id, record.run_id, keep=cfg.keep_checkpoints)
+            self.weights.save_checkpoint(version, round_id, record.run_id,
+                                         keep=cfg.keep_checkpoints)
         record_ck = store.latest_checkpoint(lm.name, run_id=record.run_id)
         marks.append(("checkpoint", time.perf_counter()))
         # Metrics before the group stats: "published" is what marks the round done (here or
@@ -103,9 +121,8 @@ class RoundTraining:
         store.record_metrics(record.run_id, round_id, recorded)
         for warning in self.watch(record.run_id).check(record.index, recorded):
             log.warning(warning)
-        for sink in (self.tensorboard, self.wandb):
-            if sink is not None:
-                sink.log(record.run_id, record.index, recorded)
+        for sink in self.sinks:
+            sink.log(record.run_id, record.index, recorded)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
             store.publish_group_stats(round_id, lm.name, self.roles[0],
@@ -128,11 +145,10 @@ class RoundTraining:
     def watch(self, run_id: str) -> RunWatch:
         """The run's :class:`~mgrpo.training.watch.RunWatch` over this trainer's roles (zero
         reward variance, grad_norm 0 for N rounds in a row: logged as warnings)."""
-        watches = self.__dict__.setdefault("_watches", {})
-        if run_id not in watches:
-            watches[run_id] = RunWatch({r: self.lm.name for r in self.roles},
-                                       [] if self.frozen else [self.lm.name])
-        return watches[run_id]
+        if run_id not in self._watches:
+            self._watches[run_id] = RunWatch({r: self.lm.name for r in self.roles},
+                                             [] if self.frozen else [self.lm.name])
+        return self._watches[run_id]
 
     def staleness(self, cfg: RunConfig, trajs: list) -> dict[str, float]:
         """``{model}/staleness_max``: the trainer's version minus the oldest version that
@@ -158,7 +174,7 @@ class RoundTraining:
             from mgrpo.training.judging import build_expert_judges
 
             lm = self.lm
-            engines = {lm.name: (lm.engine, lm.tokenizer)} if lm is not None else {}
+            engines = {lm.name: (lm.engine, lm.tokenizer)}
             self._judge = (key, build_expert_judges(cfg, load_benchmark(cfg.bench_dir),
                                                     engines, device=self.settings.device,
                                                     roles=self.roles))

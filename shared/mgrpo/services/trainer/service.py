@@ -58,8 +58,10 @@ its part of each round, train with the library, checkpoint, publish, announce.
   state sharded by DCP), nothing else changes.
 
 This file holds the service's life cycle (load, lease, consume, the round loop, counting
-failures); one round is :mod:`mgrpo.services.trainer.round_training`, a run's weights and
-checkpoints :mod:`mgrpo.services.trainer.weights` (both mixed into :class:`TrainerService`).
+failures). It owns two parts, built by :meth:`TrainerService.load` around the loaded model:
+``weights`` (:class:`~mgrpo.services.trainer.weights.RunWeights`: a run's weights and
+checkpoints) and ``rounds`` (:class:`~mgrpo.services.trainer.round_training.RoundTraining`:
+one round).
 
 What this module does NOT do: train a frozen model (main-only ablation).
 """
@@ -99,7 +101,7 @@ POLL_S = 10.0  # safety net only: readiness is checked when a batch or round com
 RETRY_S = 0.5  # after a failed pass (a training error, the store down)
 
 
-class TrainerService(RunWeights, RoundTraining):
+class TrainerService:
     def __init__(self, settings: Settings, cfg: RunConfig, store, bus, model: str,
                  poll_s: float = POLL_S) -> None:
         if model not in cfg.models:
@@ -110,16 +112,13 @@ class TrainerService(RunWeights, RoundTraining):
         self.roles = roles_of(cfg, model)
         self.frozen = not cfg.models[model].trainable
         self.queues = Queues(settings.queue_prefix)
-        self.rounds_trained = 0
         self._wake = threading.Event()
         self.ingest = TrajectoryIngest(store, model, ingested=self._wake.set)
         self._stop = threading.Event()
         self.lm: TrainedModel | None = None
-        self._judge = None
+        self.weights: RunWeights | None = None  # built by load()
+        self.rounds: RoundTraining | None = None  # built by load()
         self._failures: dict[str, int] = {}  # round_id -> consecutive training errors
-        self._weights_of: tuple[str, str] | None = None  # (run, source) in self.lm
-        self._cleaned: set[str] = set()
-        self.checkpoint_problem: str | None = None  # the last checkpoint write's, if it failed
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = LeaseKeeper(store, f"trainer:{model}", holder, settings.trainer_lease_s)
         self._leased = False  # True once start() runs under the lease
@@ -134,7 +133,8 @@ class TrainerService(RunWeights, RoundTraining):
             self.wandb = WandbSink(model=model)
 
     def load(self) -> None:
-        """Load the model's folder; the weights of a run are put in by :meth:`activate`."""
+        """Load the model's folder and build the parts around it: ``weights`` (a run's weights
+        are put in by :meth:`RunWeights.activate`) and ``rounds``."""
         mcfg = self.cfg.models[self.model_name]
         model, tokenizer, engine = build_engine("torch", mcfg.path, self.settings.device,
                                                 lora=mcfg.lora)
@@ -144,6 +144,19 @@ class TrainerService(RunWeights, RoundTraining):
             optimizer = make_optimizer(model, mcfg)
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
+        self.weights = RunWeights(self.settings, self.cfg, self.store, self.lm)
+        self.rounds = RoundTraining(
+            self.settings, self.cfg, self.store, self.bus, self.lm, self.roles, self.frozen,
+            self.weights, lease_lost=self.lease_lost, lease_name=self.lease.name,
+            sinks=tuple(s for s in (self.tensorboard, self.wandb) if s is not None))
+
+    @property
+    def rounds_trained(self) -> int:
+        return self.rounds.rounds_trained if self.rounds is not None else 0
+
+    def lease_lost(self) -> bool:
+        """Whether this trainer runs under its lease (:meth:`start`) and no longer holds it."""
+        return self._leased and not self.lease.held()
 
     def start(self) -> None:
         if self.lm is None:
@@ -161,11 +174,11 @@ class TrainerService(RunWeights, RoundTraining):
         if not self.lease.wait_held(self._stop):
             return
         try:  # the deployment run's weights in now, as the workers do: not in its 1st round
-            self.activate(self.cfg.name, self.cfg)
+            self.weights.activate(self.cfg.name, self.cfg)
         except Exception:  # its first round's activate tries again (and reports)
             log.exception("trainer %s: could not load run %s's weights at start-up",
                           self.model_name, self.cfg.name)
-            self._weights_of = None
+            self.weights.forget()
         consume_batches(self.bus, self.queues.trainer(self.model_name),
                         self.ingest.handle_batch,
                         consumer=f"trainer-{self.model_name}", batch_size=INGEST_BATCH,
@@ -180,7 +193,8 @@ class TrainerService(RunWeights, RoundTraining):
         from mgrpo.services.dependencies import store_problem
 
         standby = self.lease.standby_reason() if self._leased else None
-        return [p for p in (store_problem(self.store), self.checkpoint_problem, standby) if p]
+        disk = self.weights.checkpoint_problem if self.weights is not None else None
+        return [p for p in (store_problem(self.store), disk, standby) if p]
 
     def stop(self) -> None:
         self._stop.set()
@@ -210,8 +224,8 @@ class TrainerService(RunWeights, RoundTraining):
             self._wake.wait(timeout)
             self._wake.clear()
             timeout = self.poll_s
-            if self._leased and not self.lease.held():
-                self._weights_of = None  # another trainer may write checkpoints meanwhile
+            if self.lease_lost():
+                self.weights.forget()  # another trainer may write checkpoints meanwhile
                 self.lease.wait_held(self._stop)
                 timeout = 0.0  # taken over: a pass at once
                 continue
@@ -256,9 +270,9 @@ class TrainerService(RunWeights, RoundTraining):
                                spec.tree_round(record.index)):
                 break  # rounds train in order
             try:
-                self.train_round(record, spec)
+                self.rounds.train_round(record, spec)
             except Exception as error:  # noqa: BLE001 - counted, then the round fails
-                self._weights_of = None  # maybe half-updated: the retry reloads from the store
+                self.weights.forget()  # maybe half-updated: the retry reloads from the store
                 if isinstance(error, LeaseLost):
                     log.error("trainer %s: %s", self.model_name, error)
                     break

@@ -4,7 +4,7 @@ which checkpoint is in the model, switching runs, writing a new version.
 - :class:`TrainedModel`: the model, tokenizer, engine and optimizer one trainer trains.
 - :func:`put_state`: a fresh Adam and the weights (plus optimizer state, when saved) of a
   recorded checkpoint or of a folder; every rank of a torchrun trainer runs it.
-- :class:`RunWeights` (mixed into ``TrainerService``): :meth:`~RunWeights.activate` puts a
+- :class:`RunWeights` (``TrainerService.weights``): :meth:`~RunWeights.activate` puts a
   run's newest recorded checkpoint in the model (removing the leftovers of killed writes the
   first time), :meth:`~RunWeights.save_checkpoint` writes optimizer state, then weights
   (atomic, write-once), then the store record.
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mgrpo.config import Settings
 from mgrpo.parallel.checkpoint import load_optimizer  # a .optimizer.pt or DCP folder
 from mgrpo.parallel.optimizer_state import (
     discard_optimizer_state,
@@ -68,9 +69,22 @@ def put_state(lm: TrainedModel, lr: float, checkpoint: tuple[str, int] | None,
 
 
 class RunWeights:
-    """``TrainerService``'s run weights. Uses its ``settings``, ``cfg``, ``store`` and ``lm``;
-    keeps ``_weights_of`` ((run, source) in ``lm``, None when unknown) and ``_cleaned`` (runs
-    whose leftovers were removed)."""
+    """Which run's weights are in ``lm``, and the checkpoints it writes. ``cfg``: the
+    deployment's run config (a model's ``lr`` when a run's stored config lacks the model).
+    Keeps ``weights_of`` ((run, source) in ``lm``, None when unknown), ``cleaned`` (runs
+    whose leftovers were removed) and ``checkpoint_problem`` (the last checkpoint write's,
+    if it failed)."""
+
+    def __init__(self, settings: Settings, cfg: RunConfig, store, lm: TrainedModel) -> None:
+        self.settings, self.cfg, self.store, self.lm = settings, cfg, store, lm
+        self.weights_of: tuple[str, str] | None = None
+        self.cleaned: set[str] = set()
+        self.checkpoint_problem: str | None = None
+
+    def forget(self) -> None:
+        """The weights in ``lm`` are unknown (a failed or interrupted update, another trainer
+        writing meanwhile): the next :meth:`activate` loads them from the store."""
+        self.weights_of = None
 
     def run_root(self, run_id: str) -> str:
         from mgrpo.models.checkpoint import run_root
@@ -86,7 +100,7 @@ class RunWeights:
 
         lm, store = self.lm, self.store
         record = store.latest_checkpoint(lm.name, run_id=run_id)
-        if run_id not in self._cleaned:
+        if run_id not in self.cleaned:
             root = self.run_root(run_id)
             removed = clean_leftovers(root, lm.name)
             recorded = {c.version for c in store.list_checkpoints(lm.name, run_id=run_id)}
@@ -97,11 +111,11 @@ class RunWeights:
             if removed:
                 log.info("trainer %s: removed leftovers of killed writes in run %s: %s",
                          lm.name, run_id, removed)
-            self._cleaned.add(run_id)
+            self.cleaned.add(run_id)
         if cfg is None:
             cfg = stored_run_config(store, run_id)
         source = record.uri if record is not None else initial_weights(store, lm.name, cfg)
-        if self._weights_of == (run_id, source):
+        if self.weights_of == (run_id, source):
             return
         own = cfg.models.get(lm.name) if cfg is not None else None  # this run's, else ours
         lr = (own or self.cfg.models[lm.name]).lr
@@ -115,7 +129,7 @@ class RunWeights:
         else:
             log.info("trainer %s: run %s starts from %s", lm.name, run_id, source)
         lm.version = lm.engine.version
-        self._weights_of = (run_id, source)
+        self.weights_of = (run_id, source)
 
     def save_checkpoint(self, version: int, round_id: str | None, run_id: str,
                         keep: int | None = None) -> str:
@@ -132,7 +146,7 @@ class RunWeights:
 
         lm, root = self.lm, self.run_root(run_id)
         extra: dict = {"round_id": round_id, "run_id": run_id,
-                       "parent": self._weights_of[1] if self._weights_of else None}
+                       "parent": self.weights_of[1] if self.weights_of else None}
         uri = self.reuse_unrecorded(root, version, run_id, extra)
         try:
             if uri is None:
@@ -144,7 +158,7 @@ class RunWeights:
         self.store.record_checkpoint(lm.name, version, uri, _sha256(f"{uri}/{MANIFEST}"),
                                      round_id=round_id, run_id=run_id)
         lm.engine.version = lm.version = version
-        self._weights_of = (run_id, uri)
+        self.weights_of = (run_id, uri)
         if keep is not None:
             self.prune(run_id, keep)
         return uri
