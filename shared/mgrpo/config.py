@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     queue_prefix: str = Field(
         "", description="Prefix of every work queue name (e.g. 'staging.'): several "
         "deployments (or tests) can share one RabbitMQ. Empty in production.")
+    control_prune: bool = Field(
+        False, description="Trainers send their keep_checkpoints pruning to the control "
+        "worker (`mgrpo serve control`, task mgrpo.control.prune_checkpoints) instead of "
+        "deleting old checkpoints themselves after each save. Set it where a control worker "
+        "runs (compose, k8s): the deletion leaves the trainer's path, and runs when the "
+        "worker is back if it is down.")
     secrets_dir: str | None = Field(
         None, description="Folder of secret files named like the env vars (MGRPO_DATABASE_URL "
         "...), e.g. a mounted Kubernetes Secret. Env vars win over files.")

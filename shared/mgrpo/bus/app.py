@@ -10,15 +10,20 @@ Services register their bodies with :func:`register_task`, which wraps a handler
 :func:`mgrpo.bus.handler.process_payload` (decode -> skip duplicate -> handle -> record) and
 dead-letters refused payloads with the reason.
 
+:func:`control_app` and :func:`send_control` are the control plane's app and sender (its
+tasks: ``mgrpo.bus.control``; their bodies: ``mgrpo.services.control``).
+
 What this module does NOT do: hold task logic (services do) or start workers.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from celery import Celery
 
+from mgrpo.bus.control import CONTROL_QUEUE, parse_payload, payload_dict
 from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, encode_message
@@ -37,6 +42,7 @@ from mgrpo.bus.names import (
 )
 from mgrpo.bus.topology import DLX, WORK_EXCHANGE, dead_letter_queue, work_queue
 from mgrpo.config import Settings
+from mgrpo.validation import StrictModel
 
 # Which task consumes a message kind (a sender picks the queue, the kind picks the task).
 TASK_FOR_KIND = {
@@ -80,6 +86,34 @@ def make_celery_app(settings: Settings, queues: Iterable[str] = (), *,
     )
     app.conf.mgrpo_dead_letter_queue = dead_letter_queue_name
     return app
+
+
+def control_queue(settings: Settings) -> str:
+    return settings.queue_prefix + CONTROL_QUEUE
+
+
+def control_app(settings: Settings) -> Celery:
+    """The Celery app of the control plane: the settings of :func:`make_celery_app`, declaring
+    only ``<prefix>mgrpo.control`` and the deployment's dead-letter queue."""
+    name, dlq = control_queue(settings), settings.queue_prefix + DEAD_LETTER_QUEUE
+    app = make_celery_app(settings, [name], dead_letter_queue_name=dlq)
+    app.conf.update(task_queues=[work_queue(name, dlq), dead_letter_queue(dlq)],
+                    task_default_queue=name, task_default_routing_key=name)
+    app.conf.mgrpo_control_queue = name
+    return app
+
+
+def send_control(app: Celery, task: str, payload: StrictModel,
+                 task_id: str | None = None) -> str:
+    """Send ``payload`` (checked against ``task``'s model first) to the control queue of
+    ``app`` (:func:`control_app`); returns the task id."""
+    body = payload_dict(payload)
+    parse_payload(task, body)
+    name = app.conf.mgrpo_control_queue
+    task_id = task_id or uuid.uuid4().hex
+    app.send_task(task, args=[body], queue=work_queue(name, app.conf.mgrpo_dead_letter_queue),
+                  exchange=WORK_EXCHANGE, routing_key=name, task_id=task_id)
+    return task_id
 
 
 def send_message(app: Celery, queue: str, message: Message) -> None:

@@ -21,8 +21,8 @@ BROKER_OPTION = typer.Option(None, "--broker", help="AMQP URL; default: MGRPO_BR
 
 
 def _send(task: str, payload, broker: str | None) -> None:
+    from mgrpo.bus.app import control_app, send_control
     from mgrpo.config import get_settings
-    from mgrpo.services.control.tasks import control_app, send_control
 
     settings = get_settings()
     if broker:

@@ -156,13 +156,9 @@ def serve_control(settings: Settings) -> None:
 
     from prometheus_client import CollectorRegistry, Gauge
 
+    from mgrpo.bus.app import control_app
     from mgrpo.services.context import Queues, load_service_config, make_bus, open_store
-    from mgrpo.services.control.tasks import (
-        HANDLERS,
-        ControlContext,
-        control_app,
-        register_control_tasks,
-    )
+    from mgrpo.services.control.tasks import HANDLERS, ControlContext, register_control_tasks
     from mgrpo.services.dependencies import worker_needs
     from mgrpo.services.health import serve_health
     from mgrpo.services.process import setup_logging

@@ -17,6 +17,7 @@ from celery.signals import task_retry
 from kombu import Connection
 
 import mgrpo.bus.kombu_bus as kombu_bus
+from mgrpo.bus.app import control_app, send_control
 from mgrpo.bus.control import (
     TASK_PRUNE_CHECKPOINTS,
     TASK_REPLAY_DEAD_LETTERS,
@@ -32,13 +33,7 @@ from mgrpo.config import Settings
 from mgrpo.models.checkpoint import MANIFEST, list_versions, run_root, version_uri
 from mgrpo.parallel.optimizer_state import optimizer_state_uri
 from mgrpo.services.context import Queues
-from mgrpo.services.control.tasks import (
-    Backoff,
-    ControlContext,
-    control_app,
-    register_control_tasks,
-    send_control,
-)
+from mgrpo.services.control.tasks import Backoff, ControlContext, register_control_tasks
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
 from mgrpo.training.config import ModelConfig, RunConfig
@@ -269,3 +264,33 @@ def test_the_cli_sends_each_task_to_the_worker(control, monkeypatch):
         assert refused.exit_code == 1 and "invalid PruneCheckpoints: run_id" in refused.output
     finally:
         get_settings.cache_clear()
+
+
+def test_a_trainer_sends_its_pruning_to_the_control_worker(control):
+    """MGRPO_CONTROL_PRUNE: the trainer's prune after a save is a task the worker runs;
+    without it the trainer prunes itself."""
+    from mgrpo.services.trainer.weights import RunWeights, TrainedModel
+
+    ctx, _, _ = control
+    run, model = "trainer-run", "planner"
+    root = run_root(ctx.settings.checkpoint_uri, run)
+
+    def record(version: int) -> None:
+        _write_version(root, model, version)
+        ctx.store.record_checkpoint(model, version, version_uri(root, model, version), SHA,
+                                    run_id=run)
+
+    for version in (1, 2, 3, 4):
+        record(version)
+    weights = RunWeights(ctx.settings.model_copy(update={"control_prune": True}), ctx.cfg,
+                         ctx.store, TrainedModel(name=model, model=None, tokenizer=None,
+                                                 engine=None, optimizer=None))
+    before = ctx.done.get(TASK_PRUNE_CHECKPOINTS, 0)
+    assert weights.prune(run, 2) == []  # sent, nothing deleted here
+    _done(ctx, TASK_PRUNE_CHECKPOINTS, before + 1)
+    assert list_versions(root, model) == [3, 4]
+    record(5)
+    weights.settings = ctx.settings  # control_prune off: the trainer deletes v3 itself
+    assert weights.prune(run, 2) == [3]
+    assert list_versions(root, model) == [4, 5]
+    assert ctx.done.get(TASK_PRUNE_CHECKPOINTS, 0) == before + 1

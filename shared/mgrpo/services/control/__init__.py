@@ -2,9 +2,10 @@
 dead-letter replays and round commands, run by ``mgrpo serve control`` (a Celery worker on
 the ``mgrpo.control`` queue).
 
-- :mod:`.tasks`: the Celery app of the control plane, its tasks (typed payloads from
+- :mod:`.tasks`: the control plane's tasks (typed payloads from
   ``mgrpo.bus.control``, late acks, retries with back-off for transient errors only, refused
-  payloads dead-lettered with the reason) and :func:`~.tasks.send_control`.
+  payloads dead-lettered with the reason). Tasks are sent with
+  :func:`mgrpo.bus.app.send_control`.
 
 The worker process (health server + Celery worker, solo pool) is
 :func:`mgrpo.services.entrypoints.serve_control`.

@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 
 from celery import Celery
 
-from mgrpo.bus.app import make_celery_app
 from mgrpo.bus.control import (
-    CONTROL_QUEUE,
     TASK_PRUNE_CHECKPOINTS,
     TASK_REPLAY_DEAD_LETTERS,
     TASK_ROUND,
@@ -48,17 +46,15 @@ from mgrpo.bus.control import (
     ReplayDeadLetters,
     StartRound,
     parse_payload,
-    payload_dict,
 )
 from mgrpo.bus.errors import is_transient
 from mgrpo.bus.names import REASON_HEADER, SOURCE_QUEUE_HEADER
-from mgrpo.bus.topology import DLX, WORK_EXCHANGE, dead_letter_queue, work_queue
+from mgrpo.bus.topology import DLX, dead_letter_queue
 from mgrpo.config import Settings
 from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.services.context import Queues
 from mgrpo.services.rounds import cancel_round, round_id_of, start_round
 from mgrpo.training.config import RunConfig
-from mgrpo.validation import StrictModel
 
 log = logging.getLogger("mgrpo.control")
 
@@ -124,34 +120,6 @@ HANDLERS: dict[str, Callable] = {
     TASK_REPLAY_DEAD_LETTERS: replay,
     TASK_ROUND: round_command,
 }
-
-
-def control_queue(settings: Settings) -> str:
-    return settings.queue_prefix + CONTROL_QUEUE
-
-
-def control_app(settings: Settings) -> Celery:
-    """The Celery app of the control plane: the JSON-only, late-ack settings of
-    ``mgrpo.bus.app``, declaring only the control queue and the dead-letter queue."""
-    name, dlq = control_queue(settings), Queues(settings.queue_prefix).dead_letter
-    app = make_celery_app(settings, [name], dead_letter_queue_name=dlq)
-    app.conf.update(task_queues=[work_queue(name, dlq), dead_letter_queue(dlq)],
-                    task_default_queue=name, task_default_routing_key=name)
-    app.conf.mgrpo_control_queue = name
-    return app
-
-
-def send_control(app: Celery, task: str, payload: StrictModel,
-                 task_id: str | None = None) -> str:
-    """Send ``payload`` (checked against ``task``'s model first) to the control queue;
-    returns the task id."""
-    body = payload_dict(payload)
-    parse_payload(task, body)
-    name = app.conf.mgrpo_control_queue
-    task_id = task_id or uuid.uuid4().hex
-    app.send_task(task, args=[body], queue=work_queue(name, app.conf.mgrpo_dead_letter_queue),
-                  exchange=WORK_EXCHANGE, routing_key=name, task_id=task_id)
-    return task_id
 
 
 def register_control_tasks(app: Celery, ctx: ControlContext,

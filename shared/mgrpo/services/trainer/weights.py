@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mgrpo.bus.app import control_app, send_control
+from mgrpo.bus.control import TASK_PRUNE_CHECKPOINTS, PruneCheckpoints
 from mgrpo.config import Settings
 from mgrpo.parallel.checkpoint import load_optimizer  # a .optimizer.pt or DCP folder
 from mgrpo.parallel.optimizer_state import (
@@ -80,6 +82,7 @@ class RunWeights:
         self.weights_of: tuple[str, str] | None = None
         self.cleaned: set[str] = set()
         self.checkpoint_problem: str | None = None
+        self.control_celery = None  # the control plane's Celery app, made at the first prune sent
 
     def forget(self) -> None:
         """The weights in ``lm`` are unknown (a failed or interrupted update, another trainer
@@ -184,12 +187,25 @@ class RunWeights:
 
     def prune(self, run_id: str, keep: int) -> list[int]:
         """Delete this model's recorded versions of ``run_id`` older than the newest ``keep``
-        (``keep_checkpoints``; :func:`mgrpo.services.checkpoints.prune_checkpoints`:
-        the store records first, then the folders and optimizer files). A failure is logged,
-        never raised: the round is trained. Returns the removed versions."""
+        (``keep_checkpoints``; :func:`mgrpo.services.checkpoints.prune_checkpoints`: the store
+        records first, then the folders and optimizer files). With ``MGRPO_CONTROL_PRUNE`` the
+        control worker does it (the task is sent; a send that fails prunes here). A failure
+        is logged, never raised: the round is trained. Returns the versions removed here."""
+        if keep < 1:
+            return []
+        if self.settings.control_prune:
+            try:
+                if self.control_celery is None:
+                    self.control_celery = control_app(self.settings)
+                send_control(self.control_celery, TASK_PRUNE_CHECKPOINTS, PruneCheckpoints(
+                    run_id=run_id, model=self.lm.name, keep=keep))
+                return []
+            except Exception as error:  # noqa: BLE001 - the broker is down: prune here
+                log.warning("trainer %s: cannot send the prune of run %s to the control "
+                            "worker (%s); pruning here", self.lm.name, run_id, error)
         try:
             return prune_checkpoints(self.store, self.settings.checkpoint_uri, run_id,
-                                     self.lm.name, keep) if keep >= 1 else []
+                                     self.lm.name, keep)
         except Exception:  # noqa: BLE001 - the disk fills up later; health will say so
             log.exception("trainer %s: could not delete old checkpoints of run %s",
                           self.lm.name, run_id)
