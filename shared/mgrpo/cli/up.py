@@ -37,14 +37,18 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     """(name, argv after ``mgrpo``) of every service the run config needs."""
     from mgrpo.tools import ROLE_TOOLS
     from mgrpo.training.config_files import load_run_config
-    from mgrpo.workflows import refuse_embedded_only
+    from mgrpo.workflows import TurnTeam, refuse_outside_services
 
     cfg = load_run_config(config_path)
-    refuse_embedded_only(cfg, "mgrpo up")
+    refuse_outside_services(cfg)
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
-           ("planner-worker", ["serve", "planner-worker"])]
+           ("planner-worker", ["serve", "planner-worker"])]  # a turn team: its coordinator
+    team = isinstance(cfg.flow, TurnTeam)
     for role, model in cfg.agents.items():
-        if role != "planner" and not cfg.algo.inline:  # inline: the planner plays them
+        if team:  # each role's worker samples its turns (no tool: the coordinator acts)
+            out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--model",
+                                             cfg.models[model].path]))
+        elif role != "planner" and not cfg.algo.inline:  # inline: the planner plays them
             tool = cfg.role_tools.get(role) or ROLE_TOOLS.get(role, role)
             out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--tool",
                                              tool, "--model", cfg.models[model].path]))
@@ -67,10 +71,10 @@ def _port_taken(port: int) -> bool:
 def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     """Raise :class:`UserError` naming every problem found before any process starts."""
     from mgrpo.training.config_files import load_run_config
-    from mgrpo.workflows import refuse_embedded_only
+    from mgrpo.workflows import refuse_outside_services
 
     cfg = load_run_config(config_path)  # a typo fails here, in one line
-    refuse_embedded_only(cfg, "mgrpo up")
+    refuse_outside_services(cfg)
     problems = []
     if engine == "torch":  # a custom engine may take a URL or a hub id instead of a folder
         for name in dict.fromkeys(cfg.agents.values()):
@@ -78,7 +82,7 @@ def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
             if not (folder / "config.json").is_file():
                 what = "does not exist" if not folder.exists() else "has no config.json"
                 problems.append(f"model {name!r}: folder {str(folder)!r} {what}")
-    if not Path(cfg.bench_dir).is_dir():
+    if cfg.flow.reads_bench and not Path(cfg.bench_dir).is_dir():
         problems.append(f"bench_dir {cfg.bench_dir!r} does not exist")
     ports = [api_port] + [BASE_HEALTH_PORT + i for i in range(len(service_commands(
         config_path, api_port)))]

@@ -84,7 +84,7 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
     store = open_store(settings)
     bus = make_bus(settings, store)
     if is_team(cfg):  # a turn team's role: samples its turns (mgrpo.services.subagent.role)
-        role = RoleWorker(settings, cfg, store, bus, name, batch_size)
+        role = RoleWorker(settings, cfg, store, bus, name, batch_size, model_path=model)
         role.start()
         serve_until_signal(settings, f"subagent-{name}", {
             "mgrpo_subagent_calls_done": lambda: role.calls_done,

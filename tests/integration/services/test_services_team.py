@@ -20,15 +20,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from queues_cleanup import delete_queues
+from serving import running_server
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.config import Settings
 from mgrpo.engines.base import Completion
 from mgrpo.envs.worlds import build_world
 from mgrpo.models.checkpoint import load_checkpoint, run_root
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.deps import ApiState
 from mgrpo.services.context import Queues
 from mgrpo.services.planner.team import TeamWorker
 from mgrpo.services.rounds import start_round
@@ -130,7 +134,10 @@ def embedded(cfg: RunConfig, script: bool = False) -> tuple[dict, dict]:
 
 
 def distributed(cfg: RunConfig, postgres_url: str, rabbitmq_url: str, prefix: str,
-                workdir: Path, engine: str = "torch") -> tuple[dict, dict, dict]:
+                workdir: Path, engine: str = "torch",
+                via_api: bool = False) -> tuple[dict, dict, dict]:
+    """The round through the services; ``via_api``: started by ``POST /v1/rounds`` on the
+    planner API (which checks every role's worker and model's trainer is alive first)."""
     queues = Queues(f"{prefix}.")
     roles = cfg.flow.roles(cfg)
     with temporary_database(postgres_url) as url:
@@ -138,7 +145,7 @@ def distributed(cfg: RunConfig, postgres_url: str, rabbitmq_url: str, prefix: st
         store.upgrade()
         settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
                             checkpoint_uri=str(workdir / "ckpt"), queue_prefix=queues.prefix,
-                            engine=engine)
+                            engine=engine, api_token="team-token")
         bus = KombuBus(rabbitmq_url, store, dead_letter_queue_name=queues.dead_letter)
         trainers, roles_seen = [], {}
         try:
@@ -149,7 +156,15 @@ def distributed(cfg: RunConfig, postgres_url: str, rabbitmq_url: str, prefix: st
                 trainers[-1].start()
             team = TeamWorker(settings, cfg, store, bus)
             team.start()
-            record = start_round(store, bus, cfg, queues)
+            if via_api:  # the API's own bus: the app closes it when it stops
+                api_bus = KombuBus(rabbitmq_url, store, dead_letter_queue_name=queues.dead_letter)
+                with running_server(create_app(ApiState(settings, cfg, store, api_bus))) as base:
+                    posted = httpx.post(f"{base}/v1/rounds", json={}, timeout=60,
+                                        headers={"Authorization": "Bearer team-token"})
+                    assert posted.status_code == 201, posted.text
+                    record = store.get_round(posted.json()["round_id"])
+            else:
+                record = start_round(store, bus, cfg, queues)
             deadline = time.monotonic() + 120
             while (status := store.get_round(record.round_id).status) != "done":
                 assert status not in ("failed", "cancelled") and time.monotonic() < deadline, \
@@ -180,6 +195,7 @@ def test_a_distributed_team_round_equals_embedded(world, tiny_model, tmp_path, p
 
 def test_scripted_turns_with_reward_spread_train_alike(tiny_model, tmp_path, postgres_url,
                                                        rabbitmq_url, unique_name):
+    """Started through the planner API (``POST /v1/rounds``)."""
     spread = compare_modes("plan_path", tiny_model, tmp_path, postgres_url, rabbitmq_url,
                            unique_name, script=True)
     print("scripted plan_path: groups with a reward spread:", spread)
@@ -196,7 +212,7 @@ def compare_modes(world, tiny_model, tmp_path, postgres_url, rabbitmq_url, uniqu
     cfg = team_config(world, tiny_model, tmp_path / "svc-out")
     svc, svc_weights, roles_seen = distributed(
         cfg, postgres_url, rabbitmq_url, unique_name, tmp_path / "svc",
-        engine="test_services_team:scripted" if script else "torch")
+        engine="test_services_team:scripted" if script else "torch", via_api=script)
     first, second = build_world(world).roles
     # each policy's trainer got its own role's candidates only, as many as embedded
     assert roles_seen == {"ma": [first], "mb": [second]}
@@ -222,3 +238,36 @@ def compare_modes(world, tiny_model, tmp_path, postgres_url, rabbitmq_url, uniqu
             torch.testing.assert_close(svc_weights[model][name], tensor, atol=1e-5, rtol=0,
                                        msg=f"{model}.{name}")
     return sum(sd > 0 for _, _, sd in svc["stats"].values())
+
+
+def test_a_round_with_no_worker_for_a_role_fails_saying_which(tiny_model, tmp_path,
+                                                             postgres_url, rabbitmq_url,
+                                                             unique_name):
+    """Only the ``tool`` role's worker runs: the coordinator marks the round failed, naming
+    the role and how to start its worker, instead of leaving it running."""
+    cfg = team_config("plan_path", tiny_model, tmp_path / "out")
+    queues = Queues(f"{unique_name}.")
+    with temporary_database(postgres_url) as url:
+        store = Store(url)
+        store.upgrade()
+        settings = Settings(mode="distributed", database_url=url, broker_url=rabbitmq_url,
+                            checkpoint_uri=str(tmp_path / "ckpt"), queue_prefix=queues.prefix)
+        bus = KombuBus(rabbitmq_url, store, dead_letter_queue_name=queues.dead_letter)
+        try:
+            RoleWorker(settings, cfg, store, bus, "tool").start()
+            TeamWorker(settings, cfg, store, bus).start()
+            record = start_round(store, bus, cfg, queues)
+            deadline = time.monotonic() + 60
+            while store.get_round(record.round_id).status == "running":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            failed = store.get_round(record.round_id)
+            assert failed.status == "failed", failed.status
+            assert "no worker plays role 'plan'" in failed.error
+            assert "mgrpo serve subagent --name plan" in failed.error
+        finally:
+            bus.close()
+            store.close()
+            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
+                          *(queues.trainer(m) for m in ("ma", "mb")),
+                          *(queues.subagent(r) for r in ("tool", "plan")))

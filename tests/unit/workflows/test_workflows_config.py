@@ -87,9 +87,9 @@ def test_a_registered_workflow_is_found_and_a_clash_refused():
         register_workflow(Other())
 
 
-def test_services_and_benchmark_commands_refuse_a_turn_team(tmp_path):
+def test_benchmark_commands_refuse_a_turn_team_and_up_starts_its_services(tmp_path):
     from mgrpo.cli.up import service_commands
-    from mgrpo.workflows import refuse_embedded_only
+    from mgrpo.workflows import Workflow, refuse_embedded_only, refuse_outside_services
 
     refuse_embedded_only(RunConfig(models=MODELS), "mgrpo up")  # the hierarchy: fine
     with pytest.raises(ValueError, match="workflow turn_team trains with `mgrpo train` or "
@@ -98,5 +98,20 @@ def test_services_and_benchmark_commands_refuse_a_turn_team(tmp_path):
     path = tmp_path / "team.yaml"
     path.write_text("models: {m1: {path: unused}, m2: {path: unused}}\n"
                     "workflow: {kind: turn_team, world: sudoku4, roles: {tool: m1, plan: m2}}\n")
-    with pytest.raises(ValueError, match="^mgrpo up plays the hierarchy"):
-        service_commands(str(path), 8000)
+    commands = dict(service_commands(str(path), 8000))
+    # the coordinator, one worker per role (no tool: the coordinator acts), one trainer per
+    # model
+    assert commands["planner-worker"] == ["serve", "planner-worker"]
+    assert commands["subagent-tool"][:5] == ["serve", "subagent", "--name", "tool", "--model"]
+    assert commands["subagent-tool"][5].endswith("unused") and len(commands["subagent-tool"]) == 6
+    assert commands["subagent-plan"][:3] == ["serve", "subagent", "--name"]
+    assert sorted(n for n in commands if n.startswith("trainer-")) == ["trainer-m1",
+                                                                       "trainer-m2"]
+
+    class Local(Workflow):  # a workflow the services do not run
+        name = "local_only"
+
+    cfg = RunConfig.model_validate(_team())
+    refuse_outside_services(cfg)  # turn_team: fine
+    with pytest.raises(ValueError, match="the services do not run workflow local_only"):
+        refuse_outside_services(type("Cfg", (), {"flow": Local()})())

@@ -38,6 +38,11 @@ from mgrpo.workflows.team_play import TeamSampler
 log = logging.getLogger(__name__)
 
 
+class RoleUnavailable(RuntimeError):
+    """No worker plays a role, or its worker did not answer a turn call in time: the round
+    cannot be played (it is marked failed with this message)."""
+
+
 class RoleEngine:
     """An engine over the bus: ``generate`` sends one role's requests to its worker as one
     ``SubAgentCall`` with ``turn`` and returns the worker's completions. ``version``: the
@@ -62,7 +67,7 @@ class RoleEngine:
         self.calls += 1
         reply = self.dispatch.request([(self.queue, call)])[0]
         if reply is None or len(reply.completions) != len(requests):
-            raise RuntimeError(f"role {self.role!r}: no answer to turn call {call.call_id} "
+            raise RoleUnavailable(f"role {self.role!r}: no answer to turn call {call.call_id} "
                                f"within {self.dispatch.timeout_s:.0f} s (is its worker "
                                "running?)" if reply is None else
                                f"role {self.role!r} answered {len(reply.completions)} of "
@@ -107,7 +112,12 @@ class TeamWorker:
             if record is None or record.status in ("cancelled", "failed", "done"):
                 continue
             spec = round_spec(record, self.cfg)
-            self.play(record, spec, [t.query_id for t in tasks if t.round_id == round_id])
+            try:
+                self.play(record, spec, [t.query_id for t in tasks if t.round_id == round_id])
+            except RoleUnavailable as error:  # it would stay 'running' with nobody to play it
+                log.error("team worker: round %s failed: %s", round_id, error)
+                self.store.set_round_status(round_id, "failed", only_from=("running",),
+                                            error=f"team worker: {error}"[:2000])
         return refused
 
     def world(self, cfg: RunConfig):
@@ -145,7 +155,7 @@ class TeamWorker:
         for role, model in roles.items():
             queue = registered_queue(store, role)
             if queue is None:
-                raise ValueError(f"no worker plays role {role!r} of round {round_id}: start "
+                raise RoleUnavailable(f"no worker plays role {role!r} of round {round_id}: start "
                                  f"`mgrpo serve subagent --name {role}` with this run config")
             runtimes[role] = AgentRuntime(role=role, model=model,
                                           engine=RoleEngine(self.dispatch, queue, role, round_id),

@@ -11,6 +11,7 @@ sends each model its candidates).
 from __future__ import annotations
 
 import logging
+import threading
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TurnCompletion, TurnRequest
 from mgrpo.config import Settings
@@ -39,19 +40,23 @@ def _request(spec: TurnRequest) -> GenerationRequest:
 
 class RoleWorker:
     """One role of a turn team (``name``): samples the turn calls on ``subagent.<name>`` with
-    the model ``cfg.agents[name]`` (the round's run's newest weights) and replies."""
+    the model ``cfg.agents[name]`` (the round's run's newest weights; before its first
+    checkpoint, ``model_path`` or the run config's path) and replies."""
 
     def __init__(self, settings: Settings, cfg: RunConfig, store, bus, name: str,
-                 batch_size: int = 64) -> None:
+                 batch_size: int = 64, heartbeat_s: float = 10.0,
+                 model_path: str | None = None) -> None:
         self.settings, self.cfg, self.store, self.bus = settings, cfg, store, bus
         self.name, self.batch_size = name, batch_size
         self.model = cfg.agents[name]
         mcfg = cfg.models[self.model]
         _, self.tokenizer, self.engine = build_engine(
-            agent_engine(cfg, name, settings), mcfg.path, settings.device, lora=mcfg.lora)
+            agent_engine(cfg, name, settings), model_path or mcfg.path, settings.device,
+            lora=mcfg.lora)
         refresh_weights(store, self.engine, self.model, cfg.name, cfg)
         self.queues = Queues(settings.queue_prefix)
-        self.calls_done = 0
+        self.calls_done, self.heartbeat_s = 0, heartbeat_s
+        self._stop = threading.Event()
         self._rounds: dict[str, tuple[str, RunConfig]] = {}  # round id -> (run, config)
 
     def start(self) -> None:
@@ -60,9 +65,18 @@ class RoleWorker:
         consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
                         consumer=f"role-{self.name}", batch_size=self.batch_size,
                         claims=False, deadline_s=self.settings.handler_deadline_s)
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
 
     def stop(self) -> None:
-        """Nothing runs in the background (the bus owns the consumer)."""
+        self._stop.set()
+
+    def _heartbeat(self) -> None:
+        """Alive in the store (the API starts a round only when every role's worker is)."""
+        while not self._stop.wait(self.heartbeat_s) and not self.store.closed:
+            try:
+                self.store.heartbeat(self.name)
+            except Exception:  # a store blip must not kill the worker; next beat retries
+                log.exception("heartbeat of %s failed", self.name)
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         refused: dict[int, str] = {}

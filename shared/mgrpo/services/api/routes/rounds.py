@@ -21,6 +21,7 @@ from mgrpo.services.rounds import (
     round_summary,
     start_round,
 )
+from mgrpo.services.team import is_team
 
 router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
@@ -40,8 +41,13 @@ def _start(state, body: RoundIn) -> RoundOut:
                                    "k": body.k, "init_from": body.init_from}.items()
                  if v is not None}
     cfg = state.cfg.model_copy(update=overrides)
-    bench = state.benchmark()
-    for number, stage in played_stages(cfg):
+    bench = None if is_team(cfg) else state.benchmark()  # a turn team: its world's tasks
+    if bench is None and cfg.queries_per_round > cfg.workflow.train_tasks:
+        raise RequestValidationError([{
+            "loc": ("body", "queries_per_round"), "type": "value_error",
+            "msg": f"queries_per_round={cfg.queries_per_round} is larger than the world's "
+                   f"training tasks (workflow.train_tasks: {cfg.workflow.train_tasks})"}])
+    for number, stage in played_stages(cfg) if bench is not None else ():
         pool = len(bench.questions("train", stage=stage))
         if cfg.queries_per_round > pool:
             raise RequestValidationError([{
