@@ -28,7 +28,8 @@ takes the single-process path, which loads and saves through the same
   and optimizer state of a recorded checkpoint, or the initial folder: every rank reads the
   same files, so the checkpoint store must be shared, as it is for the workers), ``update``
   (the samples, the round's config and index: every rank runs
-  :func:`mgrpo.training.rounds.update_model` on its part with ``shard=(rank, N)``),
+  :func:`mgrpo.training.rounds.update_model` on its part with ``parallel=DataParallel(rank,
+  N)``: :mod:`mgrpo.parallel.sharding`),
   ``save`` (a collective checkpoint: :func:`mgrpo.parallel.checkpoint.save`),
   ``idle`` (a heartbeat every :data:`HEARTBEAT_S` so the followers' wait never reaches the
   process group's timeout; rank 0 also ends itself there if its torchrun agent is gone)
@@ -99,7 +100,7 @@ class RankWork(NamedTuple):
 
     put_state: Callable[..., bool]  # (lm, lr, checkpoint, source): a replica's weights + Adam
     fresh_optimizer: Callable[..., torch.optim.Optimizer]  # (previous, model, lr): no moments
-    update: Callable[..., dict[str, float]]  # (lm, samples, cfg, round_index, model=, shard=)
+    update: Callable[..., dict[str, float]]  # (lm, samples, cfg, round_index, model=, parallel=)
 
 
 class Ranks:
@@ -115,6 +116,7 @@ class Ranks:
             self.device, backend = device, "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.parallel = sharding.DataParallel(self.rank, self.world)
         self.group = dist.new_group(backend="gloo") if backend != "gloo" else None
         self.work = work
         self.lock = threading.Lock()
@@ -196,7 +198,7 @@ class Ranks:
         with self.lock:
             self.send("update", samples, cfg, round_index)
             return self.work.update(lm, samples, cfg, round_index, model=self.ddp,
-                                    shard=(self.rank, self.world))
+                                    parallel=self.parallel)
 
     def stop(self) -> None:
         """Rank 0: tell the other ranks to exit (skipped if an update holds the lock), then
@@ -246,7 +248,7 @@ class Ranks:
                 samples, cfg, round_index = args
                 try:
                     self.work.update(lm, samples, cfg, round_index, model=self.ddp,
-                                     shard=(self.rank, self.world))
+                                     parallel=self.parallel)
                 except Exception:  # noqa: BLE001 - rank 0 counts it and reloads every rank
                     log.exception("trainer rank %d: update of round %d failed", self.rank,
                                   round_index)

@@ -1,5 +1,12 @@
-"""How one model is split over the ranks of a data-parallel job (torchtitan's
-``parallelize`` step): FSDP2 or DDP, chosen by ``MGRPO_TRAINER_STRATEGY``.
+"""How one model is split over the ranks of a data-parallel job and how its gradients are
+reduced (torchtitan's ``parallelize`` step): FSDP2 or DDP, chosen by
+``MGRPO_TRAINER_STRATEGY``, and :class:`DataParallel`, the rank's place that an update runs by.
+
+Gradients are SUMMED over the ranks, never averaged: FSDP2's divide factor is 1 with sum-only
+collectives (``set_gradient_divide_factor(1.0)``, ``set_force_sum_reduction_for_comms``), and
+DDP all-reduces through a summing comm hook. So a rank weights each of its micro-batch losses
+by that micro-batch's share of the whole mini-batch, exactly as one process does, and the sum
+over the ranks is the single process's gradient; no loss is scaled by the world size.
 
 - ``fsdp`` (default) shards every decoder layer and the root with FSDP2
   (``torch.distributed.fsdp.fully_shard``): each rank holds 1/N of the parameters, gradients
@@ -17,11 +24,59 @@ weights and optimizer state in and out (:mod:`mgrpo.parallel.checkpoint`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
 import torch
+import torch.distributed as dist
 
 from mgrpo.models.checkpoint import dedupe_tied
 
 STRATEGIES = ("fsdp", "ddp")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Rank ``rank`` of ``world`` in a data-parallel update: every rank holds the same samples
+    in the same order and runs the micro-batches ``rank, rank + world, ...`` of each
+    mini-batch; its model was sharded by :func:`shard` (gradients summed over the ranks).
+    ``DataParallel()`` is one process."""
+
+    rank: int = 0
+    world: int = 1
+
+    def mine(self, parts: Sequence[T]) -> Sequence[T]:
+        """This rank's share of ``parts``: every ``world``-th, from ``rank``."""
+        return parts[self.rank::self.world]
+
+    def passes(self, parts: Sequence) -> int:
+        """How many passes every rank makes over ``parts`` (a rank short of one pads: DDP's
+        and FSDP2's forwards and backwards are collective)."""
+        return -(-len(parts) // self.world)
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over the ranks, in place (nothing with one rank)."""
+        if self.world > 1:
+            dist.all_reduce(tensor)
+        return tensor
+
+    @contextmanager
+    def accumulating(self, model: torch.nn.Module, last: bool) -> Iterator[None]:
+        """Around a micro-batch's forward and backward: DDP reduces gradients only on the
+        ``last`` one of an optimizer step (``no_sync`` before it); FSDP2 reduce-scatters
+        after every backward (its gradients stay sharded), one process never reduces."""
+        no_sync = getattr(model, "no_sync", None)
+        if self.world == 1 or last or no_sync is None:
+            yield
+        else:
+            with no_sync():
+                yield
+
+
+SINGLE = DataParallel()
 
 
 def strategy(explicit: str | None, lora: bool) -> str:
@@ -44,14 +99,24 @@ def tied_aliases(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
     return list(state), dedupe_tied(state)[1]
 
 
+def _sum_bucket(group, bucket):  # no annotations: DDP checks them against the real types
+    """DDP comm hook: all-reduce a gradient bucket (a ``dist.GradBucket``) by sum (DDP's
+    own hook divides by the world size first); returns the reduced buffer's future."""
+    work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
+    return work.get_future().then(lambda done: done.value()[0])
+
+
 def shard(model: torch.nn.Module, how: str, device: str) -> torch.nn.Module:
-    """FSDP2 in place (returns ``model``) or a DDP wrapper; collective."""
+    """FSDP2 in place (returns ``model``) or a DDP wrapper, each summing its gradients over
+    the ranks; collective."""
     if how == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.device(device).index] if device.startswith("cuda") else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import fully_shard
+        wrapped = DistributedDataParallel(model, device_ids=ids)
+        wrapped.register_comm_hook(None, _sum_bucket)
+        return wrapped
+    from torch.distributed.fsdp import FSDPModule, fully_shard
 
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
@@ -60,6 +125,10 @@ def shard(model: torch.nn.Module, how: str, device: str) -> torch.nn.Module:
     for layer in layers:
         fully_shard(layer)
     fully_shard(model)
+    for module in model.modules():  # each fully_shard unit reduces its own parameters
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
     return model
 
 

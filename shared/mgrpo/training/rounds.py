@@ -16,7 +16,7 @@ from collections import defaultdict
 import torch
 
 from mgrpo.algo import auto_d
-from mgrpo.parallel.sharding import is_sharded
+from mgrpo.parallel.sharding import SINGLE, DataParallel, is_sharded
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
 from mgrpo.training.reference import (
@@ -170,19 +170,19 @@ def update_model(lm, samples: list[Sample], cfg: RunConfig, round_index: int
 
 
 def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
-                 model: torch.nn.Module | None = None, shard: tuple[int, int] = (0, 1)
+                 model: torch.nn.Module | None = None, parallel: DataParallel = SINGLE
                  ) -> dict[str, float]:
     """:func:`update_model` in this process; ``model`` (a DDP wrapper of ``lm.model``) and
-    ``shard`` = (rank, world) when it is one rank of a data-parallel update."""
+    ``parallel`` (this rank's place) when it is one rank of a data-parallel update."""
     mcfg = cfg.models[lm.name]
     generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-    sharded = shard[1] > 1 and is_sharded(lm.model)  # FSDP2: the reference is sharded too
+    sharded = parallel.world > 1 and is_sharded(lm.model)  # FSDP2: the reference is sharded too
     update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
                            cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
                            norm_length=cfg.loss_norm_length(),
                            ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name,
                                                    sharded=sharded)
                            if cfg.loss.kl_in_loss() else None,
-                           temperature=cfg.sampling.temperature, shard=shard,
+                           temperature=cfg.sampling.temperature, parallel=parallel,
                            total_steps=cfg.optimizer_steps(lm.name))
     return qualify(update, lm.name)

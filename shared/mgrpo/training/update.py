@@ -15,29 +15,32 @@ pass); the rollout's own logprobs (``Trajectory.old_logprobs``) are kept to repo
 sampler/trainer mismatch per agent and, with ``loss.rollout_is``, to weight the loss by
 truncated pi_old / pi_rollout (:mod:`mgrpo.algo.rollout_correction`). With the KL in the
 loss the caller passes the frozen reference (:mod:`mgrpo.training.reference`).
-Data parallel (``shard=(rank, world)``, :mod:`mgrpo.parallel.ranks`): every rank has
-the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
-mini-batch, the model is a ``DistributedDataParallel`` whose all-reduce (an average) syncs the
-gradients once per mini-batch (``no_sync`` before), or an FSDP2 module whose reduce-scatter
-(an average too) runs after every backward; the local loss is multiplied by ``world``
-so the average equals the single-process sum. Every rank makes the same number of backward
-passes (DDP's collectives must match): a rank short of micro-batches adds a zero-weighted one.
-The no-grad passes (pi_old, the reference) are split over the ranks the same way, then
-all-reduced (:func:`no_grad_logprobs`); the reference itself is sharded like the policy (an
-FSDP2 module under FSDP2: :mod:`mgrpo.training.reference`).
+Data parallel (``parallel``, a :class:`mgrpo.parallel.sharding.DataParallel`): every rank
+has the same samples in the same order; rank r runs micro-batches r, r+world, ... of each
+mini-batch, each loss weighted by its share of the mini-batch exactly as in one process; the
+model, sharded by :func:`mgrpo.parallel.sharding.shard`, SUMS its gradients over the ranks
+(a ``DistributedDataParallel`` once per mini-batch, ``no_sync`` before; an FSDP2 module's
+reduce-scatter after every backward), so the sum is the single process's gradient. Every
+rank makes the same number of backward passes (the collectives must match): a rank short of
+micro-batches adds a zero-weighted one. The no-grad passes (pi_old, the reference) are split
+over the ranks the same way, then summed (:func:`no_grad_logprobs`); the reference itself is
+sharded like the policy (an FSDP2 module under FSDP2: :mod:`mgrpo.training.reference`).
+The steps, in order: :func:`_no_grad_passes` (pi_old, the reference), per mini-batch
+:func:`_optimizer_step` over :func:`_micro_batch_loss`, then :func:`_rollout_report`.
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
 from mgrpo.algo import policy_loss
 from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights, rollout_mismatch
 from mgrpo.models.logprobs import token_logprobs
+from mgrpo.parallel.sharding import SINGLE, DataParallel
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.precision import autocast_for, set_step_lr
 from mgrpo.training.scoring import Sample
@@ -70,16 +73,6 @@ def _chunks(n: int, parts: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def _gather_first_rows(batch: dict, first_rows) -> None:
-    """After a data-parallel update: the first mini-batch's fused pi_old rows, each filled by
-    the one rank that ran them (the others hold zeros there)."""
-    import torch.distributed as dist
-
-    part = batch["old_logprobs"][first_rows].contiguous()
-    dist.all_reduce(part)
-    batch["old_logprobs"][first_rows] = part
-
-
 def has_dropout(model: torch.nn.Module) -> bool:
     """Whether a train-mode forward of ``model`` is random: a dropout module with p > 0 (LoRA
     dropout, hidden dropout) or an attention dropout in its config."""
@@ -92,24 +85,23 @@ def has_dropout(model: torch.nn.Module) -> bool:
 
 
 def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
-                     temperature: float, shard: tuple[int, int] = (0, 1)) -> torch.Tensor:
+                     temperature: float, parallel: DataParallel = SINGLE) -> torch.Tensor:
     """logp (B, T) of ``rows`` (others 0) without gradient, in eval mode (no dropout), in
-    the micro-batches the training passes use (:func:`micro_batches`). Data parallel
-    (``shard = (rank, world)``): each rank runs only micro-batches rank, rank + world, ...
-    (padding passes keep the ranks' forward counts equal: DDP and FSDP2 forwards are
-    collective), then an all-reduce gives every rank every row (each filled by one rank)."""
+    the micro-batches the training passes use (:func:`micro_batches`). Data parallel: each
+    rank runs only its share of the micro-batches (:meth:`DataParallel.mine`; padding passes
+    keep the ranks' forward counts equal: DDP and FSDP2 forwards are collective), then a sum
+    over the ranks gives every rank every row (each filled by one rank)."""
     out = torch.zeros_like(batch["old_logprobs"])
     if not len(rows):
         return out
-    rank, world = shard
     parts = micro_batches(batch["attention_mask"][rows].sum(dim=1).cpu(),
                           mcfg.micro_batch_size, mcfg.micro_batch_tokens)
-    mine = parts[rank::world]
+    mine = parallel.mine(parts)
     was_training = getattr(model, "training", False)  # a LoRA reference has no modes
     if hasattr(model, "eval"):
         model.eval()
     with torch.no_grad():
-        for j in range(-(-len(parts) // world)):
+        for j in range(parallel.passes(parts)):
             sel = rows[mine[j] if j < len(mine) else parts[0]]
             logp = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
                             temperature, False)[0].float()
@@ -117,11 +109,7 @@ def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
                 out[sel] = logp
     if hasattr(model, "train"):
         model.train(was_training)
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.all_reduce(out)
-    return out
+    return parallel.sum(out)
 
 
 def qualify(metrics: dict[str, float], model: str) -> dict[str, float]:
@@ -185,7 +173,7 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   pad_id: int, ref_model: torch.nn.Module | None = None,
                   recompute_old: bool = True, generator: torch.Generator | None = None,
                   norm_length: int | None = None, temperature: float = 1.0,
-                  reuse_first_pass: bool = True, shard: tuple[int, int] = (0, 1),
+                  reuse_first_pass: bool = True, parallel: DataParallel = SINGLE,
                   total_steps: int | None = None) -> dict[str, float]:
     """Train ``model`` on ``samples`` for ``model_cfg.ppo_epochs`` epochs (each reshuffled
     into ``mini_batches`` optimizer steps, all against one pi_old); returns the metrics
@@ -195,121 +183,158 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     ``total_steps``: the run's optimizer steps, the span of a linear or cosine learning-rate
     schedule (``RunConfig.optimizer_steps``); each step's rate comes from the optimizer's
     own step count (:func:`mgrpo.training.precision.set_step_lr`).
+    ``parallel``: this rank's place in a data-parallel update, ``model`` sharded by
+    :func:`mgrpo.parallel.sharding.shard` (the DDP wrapper under DDP).
 
     ``reuse_first_pass`` (default): pi_old is the trainer's weights before its first step, so
     for the first mini-batch it is that mini-batch's own forward pass, detached (as TRL does
     with one iteration per generation): no separate no-grad pass over those rows. Only the
     rows of later mini-batches are recomputed up front (none with ``mini_batches=1``). Same
     numbers as ``reuse_first_pass=False`` up to float rounding (tested)."""
-    if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
-        raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the constant "
-                         "generation budget L, RunConfig.loss_norm_length())")
+    _refuse_missing_inputs(loss_cfg, norm_length, ref_model)
     if not samples:
         return {}
-    if loss_cfg.kl_in_loss() and ref_model is None:
-        raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
-                         "pass ref_model (mgrpo.training.reference.reference_for)")
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in pad_samples(samples, pad_id).items()}
+    run = _Update(batch, batch["old_logprobs"], batch["attention_mask"].sum(dim=1).cpu(),
+                  model_cfg, loss_cfg, temperature, norm_length, recompute_old, parallel)
     order = torch.randperm(len(samples), generator=generator)
     minis = _chunks(len(samples), model_cfg.mini_batches)
-    rollout = batch["old_logprobs"]  # what the sampler reported
-    mask_all = batch["response_mask"]
     # The fused pi_old is a train-mode forward: only exact when that forward is not random.
     fused = recompute_old and reuse_first_pass and not has_dropout(model)
-    with autocast_for(model_cfg, model):
-        if recompute_old:  # the trainer's own pi_old: robust to sampler/trainer numeric drift
-            # Fused: the first mini-batch's pi_old is its own (grad) forward, detached, filled
-            # in below; only the rows of later mini-batches need a pass before the first step.
-            rows = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
-            # pi_old in eval mode: dropout (LoRA's, the model's) adds no noise to the ratio
-            batch["old_logprobs"] = no_grad_logprobs(model, batch, rows, model_cfg,
-                                                     temperature, shard) * mask_all
-        ref = None
-        if loss_cfg.kl_in_loss():  # each rank computes its share of the rows (then shares)
-            ref = no_grad_logprobs(ref_model, batch, torch.arange(len(samples)), model_cfg,
-                                   temperature, shard)
-            if hasattr(ref_model, "reshard"):  # FSDP2 keeps the root's parameters gathered
-                ref_model.reshard()  # after a forward (for a backward): free them now
+    later = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
+    _no_grad_passes(model, ref_model, run, later)
     model.train()
     totals = UpdateTotals()
     totals.epochs = model_cfg.ppo_epochs
-    rank, world = shard
-    lengths = batch["attention_mask"].sum(dim=1).cpu()
     for epoch in range(model_cfg.ppo_epochs):
         if epoch:
             order = torch.randperm(len(samples), generator=generator)
         for number, mini in enumerate(minis):
-            idx = order[mini]
             first = fused and epoch == 0 and number == 0  # no step taken: these ARE pi_old
-            _mini_batch_step(model, optimizer, batch, idx, rollout, ref, model_cfg, loss_cfg,
-                             totals, shard, temperature, norm_length, recompute_old, first,
-                             lengths, total_steps)
-            if first and world > 1:  # each rank filled the rows it ran; later passes need all
-                _gather_first_rows(batch, idx)
-    if world > 1:
-        totals.all_reduce(world)
-    extra: dict[str, float] = {}
-    if recompute_old:  # pi_old of every row is known now (fused rows were filled in the loop)
-        extra = _rollout_metrics(samples, batch["old_logprobs"].cpu(), rollout.cpu(),
-                                 mask_all.cpu())
-        is_w = rollout_is_weights(batch["old_logprobs"], rollout, mask_all,
-                                  loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
-        if is_w is not None:
-            extra.update(is_weight_metrics(is_w, mask_all, loss_cfg.rollout_is_threshold))
+            _optimizer_step(model, optimizer, run, order[mini], totals, first, total_steps)
+    if parallel.world > 1:
+        totals.all_reduce(parallel.world)
     model.eval()
-    return {**totals.result(), **extra}
+    return {**totals.result(), **_rollout_report(samples, run)}
 
 
-def _mini_batch_step(model, optimizer, batch: dict, idx: torch.Tensor, rollout, ref,
-                     model_cfg: ModelConfig, loss_cfg: LossConfig, totals: UpdateTotals,
-                     shard: tuple[int, int], temperature: float, norm_length: int | None,
-                     recompute_old: bool, fill_old: bool, lengths: torch.Tensor,
-                     total_steps: int | None) -> None:
-    """One optimizer step on the rows ``idx``: micro-batch forwards and backwards (this
-    rank's share), gradient clip, the schedule's rate, step. ``fill_old``: this mini-batch's
-    forwards are pi_old (the fused first pass), stored into ``batch["old_logprobs"]``."""
-    mask_all = batch["response_mask"]
-    tokens, seqs = mask_all[idx].sum().clamp(min=1), len(idx)
+@dataclass
+class _Update:
+    """What every step of one :func:`policy_update` reads: the padded batch on the model's
+    device (its ``old_logprobs``: pi_old, filled in as it is computed), the sampler's own
+    logprobs, each row's length, the reference's logprobs (with the KL in the loss) and the
+    settings."""
+
+    batch: dict[str, torch.Tensor]
+    rollout: torch.Tensor
+    lengths: torch.Tensor
+    model_cfg: ModelConfig
+    loss_cfg: LossConfig
+    temperature: float
+    norm_length: int | None
+    recompute_old: bool
+    parallel: DataParallel
+    ref: torch.Tensor | None = None
+
+
+def _refuse_missing_inputs(loss_cfg: LossConfig, norm_length: int | None,
+                           ref_model: torch.nn.Module | None) -> None:
+    if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
+        raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the constant "
+                         "generation budget L, RunConfig.loss_norm_length())")
+    if loss_cfg.kl_in_loss() and ref_model is None:
+        raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
+                         "pass ref_model (mgrpo.training.reference.reference_for)")
+
+
+def _no_grad_passes(model, ref_model, run: _Update, pi_old_rows: torch.Tensor) -> None:
+    """Before the first step: the trainer's own pi_old of ``pi_old_rows`` (robust to
+    sampler/trainer numeric drift; in eval mode, so dropout adds no noise to the ratio) and,
+    with the KL in the loss, the reference's logprobs of every row; each rank computes its
+    share of the rows, then every rank has all (:func:`no_grad_logprobs`)."""
+    batch, cfg = run.batch, run.model_cfg
+    with autocast_for(cfg, model):
+        if run.recompute_old:
+            batch["old_logprobs"] = no_grad_logprobs(
+                model, batch, pi_old_rows, cfg, run.temperature, run.parallel
+            ) * batch["response_mask"]
+        if run.loss_cfg.kl_in_loss():
+            run.ref = no_grad_logprobs(ref_model, batch, torch.arange(len(run.rollout)), cfg,
+                                       run.temperature, run.parallel)
+            if hasattr(ref_model, "reshard"):  # FSDP2 keeps the root's parameters gathered
+                ref_model.reshard()  # after a forward (for a backward): free them now
+
+
+def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: UpdateTotals,
+                    fill_old: bool, total_steps: int | None) -> None:
+    """One optimizer step on the rows ``idx``: this rank's micro-batches, each loss weighted
+    by its share of the mini-batch (token-mean: of its tokens; seq-mean modes: of its
+    sequences) so the gradient summed over micro-batches and ranks is the mini-batch's; then
+    gradient clip, the schedule's rate, step. ``fill_old``: these forwards are pi_old (the
+    fused first pass), stored into the batch and then shared by the ranks."""
+    mask, cfg, parallel = run.batch["response_mask"], run.model_cfg, run.parallel
+    tokens, seqs = mask[idx].sum().clamp(min=1), len(idx)
     optimizer.zero_grad(set_to_none=True)
-    micros = micro_batches(lengths[idx], model_cfg.micro_batch_size,
-                           model_cfg.micro_batch_tokens)
-    rank, world = shard
-    mine = micros[rank::world]
-    passes = -(-len(micros) // world)
+    micros = micro_batches(run.lengths[idx], cfg.micro_batch_size, cfg.micro_batch_tokens)
+    mine, passes = parallel.mine(micros), parallel.passes(micros)
     for j in range(passes):  # the same number of passes on every rank
-        real = j < len(mine)
+        real = j < len(mine)  # else a zero-weighted pass: DDP's and FSDP2's are collective
         sel = idx[mine[j] if real else micros[0]]
-        # DDP: no all-reduce before the last micro-batch (forward AND backward); FSDP2
-        # reduce-scatters every backward (its gradients stay sharded), so no no_sync
-        no_sync = getattr(model, "no_sync", None)
-        sync = world == 1 or j == passes - 1
-        with nullcontext() if sync or no_sync is None else no_sync():
-            with autocast_for(model_cfg, model):
-                logp, entropy = _forward(model, batch, sel,
-                                         model_cfg.micro_batch_tokens is not None,
-                                         temperature, loss_cfg.entropy_coef > 0)
-            m = mask_all[sel]
-            if fill_old and real:
-                batch["old_logprobs"][sel] = logp.detach() * m
-            old_sel = batch["old_logprobs"][sel] if real else logp.detach() * m
-            is_w = None if not recompute_old else rollout_is_weights(
-                old_sel, rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
-            loss, metrics = policy_loss(
-                logp, old_sel, batch["advantages"][sel], m,
-                eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
-                ref_logprobs=None if ref is None else ref[sel],
-                kl_coef=0.0 if ref is None else loss_cfg.kl_coef,
-                kl_estimator=loss_cfg.kl_estimator, norm_length=norm_length,
-                entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef,
-                tensor_metrics=True)
-            share = (m.sum() / tokens) if loss_cfg.agg == "token-mean" else len(sel) / seqs
+        m = mask[sel]
+        with parallel.accumulating(model, last=j == passes - 1):
+            loss, metrics = _micro_batch_loss(model, run, sel, real, fill_old)
+            share = (m.sum() / tokens) if run.loss_cfg.agg == "token-mean" else len(sel) / seqs
             share = share if real else share * 0.0
-            (loss * (share * world) if world > 1 else loss * share).backward()
+            (loss * share).backward()
         totals.add_micro(metrics, share, m.sum() if real else 0.0)  # tensors: no host read
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), model_cfg.grad_clip)
-    set_step_lr(optimizer, model_cfg, total_steps)
+    if fill_old and parallel.world > 1:  # each rank filled the rows it ran; later passes
+        old = run.batch["old_logprobs"]  # need all of them
+        old[idx] = parallel.sum(old[idx].contiguous())
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    set_step_lr(optimizer, cfg, total_steps)
     optimizer.step()
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
     totals.add_step(grad_norm.detach())
+
+
+def _micro_batch_loss(model, run: _Update, sel: torch.Tensor, real: bool, fill_old: bool
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy loss of rows ``sel`` (unweighted) and its metrics: a forward under the
+    model's autocast, pi_old (stored first when ``fill_old``), the truncated rollout IS
+    weights with ``recompute_old``, the KL against the reference's logprobs. A padding pass
+    (not ``real``) takes its own detached forward as pi_old."""
+    batch, loss_cfg = run.batch, run.loss_cfg
+    with autocast_for(run.model_cfg, model):
+        logp, entropy = _forward(model, batch, sel, run.model_cfg.micro_batch_tokens is not None,
+                                 run.temperature, loss_cfg.entropy_coef > 0)
+    m = batch["response_mask"][sel]
+    if fill_old and real:
+        batch["old_logprobs"][sel] = logp.detach() * m
+    old = batch["old_logprobs"][sel] if real else logp.detach() * m
+    is_w = None if not run.recompute_old else rollout_is_weights(
+        old, run.rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+    return policy_loss(
+        logp, old, batch["advantages"][sel], m,
+        eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
+        ref_logprobs=None if run.ref is None else run.ref[sel],
+        kl_coef=0.0 if run.ref is None else loss_cfg.kl_coef,
+        kl_estimator=loss_cfg.kl_estimator, norm_length=run.norm_length,
+        entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef,
+        tensor_metrics=True)
+
+
+def _rollout_report(samples: list[Sample], run: _Update) -> dict[str, float]:
+    """With ``recompute_old`` (pi_old of every row known now: the fused rows were filled in
+    the first step): the sampler/trainer mismatch per agent and the rollout IS weights'
+    statistics."""
+    if not run.recompute_old:
+        return {}
+    old, mask = run.batch["old_logprobs"], run.batch["response_mask"]
+    out = _rollout_metrics(samples, old.cpu(), run.rollout.cpu(), mask.cpu())
+    is_w = rollout_is_weights(old, run.rollout, mask, run.loss_cfg.rollout_is,
+                              run.loss_cfg.rollout_is_threshold)
+    if is_w is not None:
+        out.update(is_weight_metrics(is_w, mask, run.loss_cfg.rollout_is_threshold))
+    return out

@@ -1,8 +1,9 @@
 """A job for ``test_training_ref_shard``, run as ``torchrun --nproc-per-node N
 ref_shard_job.py TINY REF OUT``: one KL-on policy update (:func:`mgrpo.training.rounds.
-local_update`, ``shard=(rank, N)``) of the FSDP2-sharded policy in ``TINY`` against the
-reference in ``REF``, as a rank of the trainer's job runs it (:func:`update_once`; the test
-calls it in its own process for the single-process update). Every rank writes
+local_update`, ``parallel=DataParallel(rank, N)``) of the FSDP2-sharded policy in ``TINY``
+against the reference in ``REF``, as a rank of the trainer's job runs it
+(:func:`update_once`; the test calls it in its own process for the single-process update).
+Every rank writes
 ``OUT/rank<r>.pt``: the rows each no-grad forward of the reference and of the policy
 (pi_old) ran, the reference's parameters on the rank (numel, whether DTensors) and,
 gathered, the policy's weights after the update and the metrics."""
@@ -40,7 +41,7 @@ def update_once(tiny: str, ref_dir: str, rank: int = 0, world: int = 1) -> dict:
     saw: the rows of each no-grad forward, the reference's local numel, the gathered
     weights and the metrics."""
     from mgrpo.models import load_model
-    from mgrpo.parallel.sharding import shard
+    from mgrpo.parallel.sharding import DataParallel, shard
     from mgrpo.training.precision import make_optimizer
     from mgrpo.training.reference import reference_for
     from mgrpo.training.rounds import local_update
@@ -60,7 +61,7 @@ def update_once(tiny: str, ref_dir: str, rank: int = 0, world: int = 1) -> dict:
     net.register_forward_hook(lambda mod, args, kwargs, res: None if torch.is_grad_enabled()
                               else seen["pi_old"].append(kwargs["input_ids"].shape[0]),
                               with_kwargs=True)
-    metrics = local_update(lm, samples(), cfg, 0, shard=(rank, world))
+    metrics = local_update(lm, samples(), cfg, 0, parallel=DataParallel(rank, world))
     assert lm.ref_model is ref, "local_update built another reference"
     weights = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
                for name, p in net.named_parameters()}

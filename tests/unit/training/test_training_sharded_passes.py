@@ -28,6 +28,7 @@ def _rank(rank: int, tiny_dir: str, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
     from mgrpo.models import load_model
+    from mgrpo.parallel.sharding import DataParallel
     from mgrpo.training.config import ModelConfig
     from mgrpo.training.update import no_grad_logprobs
 
@@ -39,7 +40,7 @@ def _rank(rank: int, tiny_dir: str, port: int, out_dir: str) -> None:
         kwargs["input_ids"].shape[0]), with_kwargs=True)
     batch = _batch(model.config.vocab_size)
     mcfg = ModelConfig(path=tiny_dir, micro_batch_size=2)
-    out = no_grad_logprobs(model, batch, torch.arange(7), mcfg, 0.8, shard=(rank, 2))
+    out = no_grad_logprobs(model, batch, torch.arange(7), mcfg, 0.8, DataParallel(rank, 2))
     torch.save({"out": out, "rows": rows_seen}, f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()
 
