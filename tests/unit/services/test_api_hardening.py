@@ -122,6 +122,30 @@ def test_every_curriculum_stage_pool_is_checked_not_only_the_first(api):
     assert httpx.get(f"{url}/v1/rounds", params={"run_id": "stage-two-too-small"}).json() == []
 
 
+def test_a_turn_team_round_larger_than_its_world_training_tasks_is_refused(api):
+    """A turn team's pool is its world's training tasks (``workflow.train_tasks``), not the
+    benchmark's."""
+    from mgrpo.training.config import RunConfig
+
+    url, state = api
+    original = state.cfg
+    model = next(iter(original.models.values())).path
+    state.cfg = RunConfig.model_validate({
+        "name": original.name, "models": {"m": {"path": model}}, "k": 2,
+        "workflow": {"kind": "turn_team", "world": "plan_path",
+                     "roles": {"tool": "m", "plan": "m"}, "train_tasks": 4}})
+    try:
+        response = httpx.post(f"{url}/v1/rounds", json={"run_id": "team-too-big",
+                                                        "queries_per_round": 5},
+                              headers=AUTH)
+    finally:
+        state.cfg = original
+    assert response.status_code == 422, response.text
+    assert "larger than the world's training tasks (workflow.train_tasks: 4)" in \
+        response.json()["message"]
+    assert httpx.get(f"{url}/v1/rounds", params={"run_id": "team-too-big"}).json() == []
+
+
 def test_a_declared_huge_body_is_413_before_it_is_sent_or_the_token_checked(api):
     head = ("POST /v1/queries HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             "Content-Length: 300000000\r\n\r\n")
