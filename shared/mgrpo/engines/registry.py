@@ -155,6 +155,7 @@ def build_engine(spec: str, path: str, device: str = "cpu", *, lora: Any = None,
     """The engine ``spec`` names, for the HF folder ``path`` (the tokenizer and, for torch
     and vllm, the initial weights). ``lora`` (a ``LoraSpec``): torch wraps its model in that
     adapter, vllm is built with ``enable_lora``, a server refuses it. ``model`` (and
-    ``tokenizer``): an already loaded torch model for a torch engine to sample from."""
+    ``tokenizer``): an already loaded torch model (already wrapped, for a LoRA model) for a
+    torch engine to sample from; the other kinds do not use it."""
     return ENGINES[engine_kind(spec)](spec, str(path), device, lora=lora, model=model,
                                       tokenizer=tokenizer)
