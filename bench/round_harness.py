@@ -37,7 +37,8 @@ VARIANTS = ("co-training", "main-only", "grpo", "curriculum", "at_grpo")
 
 
 def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: int = 3,
-                name: str = "parity", temperature: float = 1.0, variant: str = "co-training"):
+                name: str = "parity", temperature: float = 1.0, variant: str = "co-training",
+                stage: int = 1):
     """The run config both modes share. ``name`` is the run id: round ids, hence every
     episode seed, derive from it, so both modes must use the same one. A ``temperature``
     above 1 flattens the warm-started (peaked) policies, so that a seeding difference
@@ -46,7 +47,12 @@ def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: 
     ``variant``: ``co-training`` (M-GRPO, every model trained), ``main-only`` (M-GRPO,
     sub-agents frozen), ``grpo`` (one model ``single`` plays every role) or ``curriculum``
     (co-training on the questions a difficulty filter keeps: ``max_success`` 0.5 over 2
-    filter rollouts per question) or ``at_grpo`` (tree sampling, K candidates per turn)."""
+    filter rollouts per question) or ``at_grpo`` (tree sampling, K candidates per turn).
+
+    ``stage``: the benchmark stage the round plays, as the assets' demonstrations did
+    (``prepare_cached(..., stage=...)``): 1, look-ups (the planner calls the searcher), or 2,
+    chains, comparisons and arithmetic (the searcher twice, then often the coder: the
+    planner gets 4 turns, room for three calls and the answer)."""
     from mgrpo.training.config import RunConfig
 
     if variant not in VARIANTS:
@@ -57,9 +63,9 @@ def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: 
         "models": {m: {"path": str(paths[m]), "lr": 1e-3, "micro_batch_size": 8}
                    for m in MODELS},
         "k": k, "queries_per_round": b, "tools": {"search": {"k": 1}},
-        "sampling": {"planner_max_turns": 3, "subagent_max_turns": 2, "max_new_tokens": 24,
-                     "temperature": temperature},
-        "stages": [{"stage": 1, "rounds": 1}], "eval_questions": 4,
+        "sampling": {"planner_max_turns": 3 if stage == 1 else 4, "subagent_max_turns": 2,
+                     "max_new_tokens": 24, "temperature": temperature},
+        "stages": [{"stage": stage, "rounds": 1}], "eval_questions": 4,
         "bench_dir": str(paths["bench"]), "out_dir": str(out_dir)}
     if variant == "main-only":
         for model in ("searcher", "coder"):
@@ -71,7 +77,8 @@ def make_config(paths: dict[str, Path], out_dir: Path, *, b: int, k: int, seed: 
     elif variant == "at_grpo":
         data["algorithm"] = "at_grpo"
     elif variant == "curriculum":
-        data["stages"] = [{"stage": 1, "rounds": 1, "max_success": 0.5, "filter_samples": 2}]
+        data["stages"] = [{"stage": stage, "rounds": 1, "max_success": 0.5,
+                           "filter_samples": 2}]
     return RunConfig.model_validate(data)
 
 

@@ -10,6 +10,11 @@ does, timed until the round is ``done``). One round per size (``--sizes``, defau
 8x8 16x16: 16, 64 and 256 episodes), each on fresh processes (``--warmup W``: the same
 processes play W untimed rounds first).
 
+``--stage 2`` plays stage-2 questions (chains, comparisons, arithmetic) on assets whose
+demonstrations are of that stage (``prepare_cached(..., stage=2)``: the planner, the searcher
+and the coder SFT'd): the planner delegates to both sub-agent types, so each type's CPU
+seconds per call show. The default, stage 1 (look-ups), calls only the searcher.
+
 Per size: the round's wall time and split (``start_s``, ``rollout_s``, ``train_s``), the
 sub-agent trajectories per model (did the planner delegate, to which types?), the episodes
 or calls each worker served, and per service process (``/proc``): its peak resident memory
@@ -27,7 +32,7 @@ each: read single figures as such), or tell how larger models or GPUs scale.
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/round_scaling.py [--sizes 4x4 8x8 16x16]
-        [--sft-steps 150] [--warmup 0]
+        [--sft-steps 150] [--warmup 0] [--stage 1|2]
 """
 
 from __future__ import annotations
@@ -44,11 +49,14 @@ from report import fit, load_avg, progress, write_result  # noqa: E402
 from round import delegations, make_config, prepare_cached  # noqa: E402
 from round_services import distributed_round  # noqa: E402
 
+from mgrpo.training.tiny_assets import STAGES  # noqa: E402
+
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "round_scaling.json"
 
 
 def one_size(paths, root: Path, b: int, k: int, args) -> dict:
-    cfg = make_config(paths, root / f"out-{b}x{k}", b=b, k=k, name=f"scale{b}x{k}")
+    cfg = make_config(paths, root / f"out-{b}x{k}", b=b, k=k, name=f"scale{b}x{k}",
+                      stage=args.stage)
     load_before = load_avg()
     data = distributed_round(cfg, args.postgres_url, args.broker_url, root / f"dist-{b}x{k}",
                              timeout_s=args.timeout_s, warmup=args.warmup)
@@ -85,6 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sizes", nargs="+", default=["4x4", "8x8", "16x16"],
                         help="BxK round sizes, smallest first")
     parser.add_argument("--sft-steps", type=int, default=150)
+    parser.add_argument("--stage", type=int, choices=STAGES, default=1,
+                        help="benchmark stage of the demonstrations and the round (2: the "
+                        "planner delegates to the searcher and the coder)")
     parser.add_argument("--warmup", type=int, default=0,
                         help="untimed rounds the same processes play before the timed one")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per round")
@@ -95,14 +106,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=RESULT_FILE)
     args = parser.parse_args(argv)
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes]
-    paths = prepare_cached(args.sft_steps)
+    paths = prepare_cached(args.sft_steps, stage=args.stage)
     rows = []
     with tempfile.TemporaryDirectory(prefix="mgrpo-round-scaling-") as tmp:
         for b, k in sizes:
             rows.append(one_size(paths, Path(tmp), b, k, args))
             progress(rows[-1], ("B", "K", "wall_s", "delegations", "load_avg_after"))
     return write_result({"bench": "round_scaling", "sft_steps": args.sft_steps,
-                         "warmup": args.warmup, "rows": rows, "slopes": summarize(rows)},
+                         "stage": args.stage, "warmup": args.warmup, "rows": rows,
+                         "slopes": summarize(rows)},
                         args.out, argv, rss_key="this_process_peak_rss_mb")
 
 
