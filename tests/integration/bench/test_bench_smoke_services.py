@@ -43,10 +43,13 @@ def test_publish(tmp_path, rabbitmq_url):
 
 
 def test_round_scaling(tmp_path, postgres_url, rabbitmq_url):
-    run_bench("round_scaling.py", "--sizes", "1x2", *SFT, *_urls(postgres_url, rabbitmq_url),
-              "--out", str(tmp_path / "r.json"))
+    """At stage 2: the warm start whose demonstrations call both sub-agent types (round.py's
+    test covers the stage-1 one)."""
+    run_bench("round_scaling.py", "--sizes", "1x2", "--stage", "2", *SFT,
+              *_urls(postgres_url, rabbitmq_url), "--out", str(tmp_path / "r.json"))
     result = read_json(tmp_path / "r.json")
     [row] = result["rows"]
+    assert result["stage"] == 2 and set(row["delegations"]) == {"searcher", "coder"}
     assert row["episodes"] == 2 and "planner-worker" in row["processes"]
     assert all(p["peak_rss_mb"] > 0 for p in row["processes"].values())
     assert result["slopes"]["wall_s_per_episode"] is None  # one size: no slope
