@@ -24,7 +24,7 @@ from services_testkit import (
     write_run_config,
 )
 
-import mgrpo.models.checkpoint as checkpoint_module
+import mgrpo.services.trainer.weights as trainer_weights
 from mgrpo.services.context import Queues
 from mgrpo.services.rounds import start_round
 from mgrpo.store.admin import temporary_database
@@ -51,7 +51,7 @@ def test_database_restart_between_checkpoint_write_and_record(private_postgres, 
                                                               monkeypatch):
     cfg_path = write_run_config(tmp_path / "run.yaml", make_tiny(tmp_path / "tiny"),
                                 make_bench(tmp_path / "bench"), name="dbr", k=2, queries=3)
-    written = checkpoint_module.save_checkpoint
+    written = trainer_weights.save_checkpoint  # mgrpo.models.checkpoint's, as the trainer calls it
     stopped = threading.Event()
     restarted = threading.Event()
 
@@ -63,7 +63,7 @@ def test_database_restart_between_checkpoint_write_and_record(private_postgres, 
             threading.Timer(3.0, lambda: (private_postgres.start(), restarted.set())).start()
         return uri
 
-    monkeypatch.setattr(checkpoint_module, "save_checkpoint", write_then_stop_the_database)
+    monkeypatch.setattr(trainer_weights, "save_checkpoint", write_then_stop_the_database)
     with temporary_database(private_postgres.url) as url:
         settings = embedded_settings(tmp_path, cfg_path, database_url=url)
         try:

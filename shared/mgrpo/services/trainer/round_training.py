@@ -33,11 +33,12 @@ from collections.abc import Callable
 from mgrpo.algo.staleness import worst_staleness
 from mgrpo.bus.messages import WeightsAnnouncement
 from mgrpo.config import Settings
+from mgrpo.envs import load_benchmark
 from mgrpo.services.context import round_spec
 from mgrpo.services.trainer.weights import RunWeights, TrainedModel
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
-from mgrpo.training.judging import refresh_judge_weights
+from mgrpo.training.judging import build_expert_judges, refresh_judge_weights
 from mgrpo.training.loop import publish_stats
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.rounds import observed_d, train_model
@@ -170,9 +171,6 @@ class RoundTraining:
         own model uses its engine (current weights); any other model is loaded here."""
         key = (cfg.bench_dir, repr(cfg.judges))
         if self._judge is None or self._judge[0] != key:
-            from mgrpo.envs import load_benchmark
-            from mgrpo.training.judging import build_expert_judges
-
             lm = self.lm
             engines = {lm.name: (lm.engine, lm.tokenizer)}
             self._judge = (key, build_expert_judges(cfg, load_benchmark(cfg.bench_dir),

@@ -79,6 +79,7 @@ from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, round_spec
+from mgrpo.services.dependencies import store_problem
 from mgrpo.services.trainer.ingest import INGEST_BATCH, INGEST_LINGER_S, TrajectoryIngest
 from mgrpo.services.trainer.lease import LeaseKeeper
 from mgrpo.services.trainer.readiness import (  # noqa: F401 - re-exported (tests)
@@ -94,6 +95,8 @@ from mgrpo.services.trainer.weights import (  # noqa: F401 - re-exported (tests,
 )
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import make_optimizer, prepare_for_training
+from mgrpo.training.tb_sink import TensorBoardSink
+from mgrpo.training.wandb_sink import WandbSink
 
 log = logging.getLogger(__name__)
 ROUND_ATTEMPTS = 3  # tries of one round's training before it is marked failed
@@ -124,12 +127,8 @@ class TrainerService:
         self._leased = False  # True once start() runs under the lease
         self.tensorboard = self.wandb = None
         if settings.tensorboard_dir and "tensorboard" in cfg.report_to:
-            from mgrpo.training.tb_sink import TensorBoardSink
-
             self.tensorboard = TensorBoardSink(settings.tensorboard_dir, model)
         if "wandb" in cfg.report_to:  # ImportError of one line without the package
-            from mgrpo.training.wandb_sink import WandbSink
-
             self.wandb = WandbSink(model=model)
 
     def load(self) -> None:
@@ -190,8 +189,6 @@ class TrainerService:
         """Why this trainer cannot finish a round now (its ``/readyz``): its store is
         unreachable, its last checkpoint write found the disk full, or it is a standby (it
         does not hold the lease ``trainer:<model>``; :meth:`LeaseKeeper.standby_reason`)."""
-        from mgrpo.services.dependencies import store_problem
-
         standby = self.lease.standby_reason() if self._leased else None
         disk = self.weights.checkpoint_problem if self.weights is not None else None
         return [p for p in (store_problem(self.store), disk, standby) if p]

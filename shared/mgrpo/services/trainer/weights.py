@@ -25,6 +25,20 @@ import torch
 from mgrpo.bus.app import control_app, send_control
 from mgrpo.bus.control import TASK_PRUNE_CHECKPOINTS, PruneCheckpoints
 from mgrpo.config import Settings
+from mgrpo.models.checkpoint import (
+    MANIFEST,
+    CheckpointDiskFull,
+    CheckpointError,
+    clean_leftovers,
+    discard_version,
+    list_versions,
+    payload_digests,
+    run_root,
+    save_checkpoint,
+    verified_manifest,
+    version_exists,
+    version_uri,
+)
 from mgrpo.parallel.checkpoint import load_optimizer  # a .optimizer.pt or DCP folder
 from mgrpo.parallel.optimizer_state import (
     discard_optimizer_state,
@@ -90,8 +104,6 @@ class RunWeights:
         self.weights_of = None
 
     def run_root(self, run_id: str) -> str:
-        from mgrpo.models.checkpoint import run_root
-
         return run_root(self.settings.checkpoint_uri, run_id)
 
     def activate(self, run_id: str, cfg: RunConfig | None = None) -> None:
@@ -99,8 +111,6 @@ class RunWeights:
         model, or, before the run has one, its initial weights with a fresh optimizer. A
         no-op when they are in already. The first time, removes the leftovers of killed
         writes of this model in this run."""
-        from mgrpo.models.checkpoint import clean_leftovers, discard_version, list_versions
-
         lm, store = self.lm, self.store
         record = store.latest_checkpoint(lm.name, run_id=run_id)
         if run_id not in self.cleaned:
@@ -145,8 +155,6 @@ class RunWeights:
         exactly what this try would write (:meth:`reuse_unrecorded`). A failed write leaves
         no file behind; a full disk is remembered in ``checkpoint_problem`` (the trainer's
         ``/readyz``) until a write succeeds. ``keep``: then :meth:`prune` older versions."""
-        from mgrpo.models.checkpoint import MANIFEST, CheckpointDiskFull
-
         lm, root = self.lm, self.run_root(run_id)
         extra: dict = {"round_id": round_id, "run_id": run_id,
                        "parent": self.weights_of[1] if self.weights_of else None}
@@ -169,8 +177,6 @@ class RunWeights:
     def _write_version(self, root: str, version: int, extra: dict) -> str:
         """Optimizer state, then the weights; a failed weights write removes the optimizer
         file it followed (nothing of a failed version stays on disk)."""
-        from mgrpo.models.checkpoint import save_checkpoint, version_uri
-
         lm = self.lm
         if lm.ranks is not None:  # torchrun: optimizer shards by DCP, gathered weights
             return lm.ranks.save(lm, root, version, extra)
@@ -218,14 +224,6 @@ class RunWeights:
         write; None otherwise, after discarding such an unrecorded folder that differs (no
         reader loads a version the store does not record). A recorded version is left alone:
         the write-once guard refuses it."""
-        from mgrpo.models.checkpoint import (
-            CheckpointError,
-            discard_version,
-            verified_manifest,
-            version_exists,
-            version_uri,
-        )
-
         lm = self.lm
         if not version_exists(root, lm.name, version) or \
                 self.store.get_checkpoint(lm.name, version, run_id=run_id) is not None:
@@ -250,8 +248,6 @@ class RunWeights:
 
 def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bool:
     """Whether the written version holds ``lm``'s weights and optimizer state and ``extra``."""
-    from mgrpo.models.checkpoint import payload_digests
-
     written = dict(manifest.get("extra", {}))
     entry = written.pop("optimizer", None)
     if written != extra or {name: file["sha256"] for name, file in manifest["files"].items()} \
