@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 
+from mgrpo.algo.staleness import Admission
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
+from mgrpo.envs import load_benchmark
 from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.team import is_team, team_queries
 from mgrpo.store.errors import RunBusy
@@ -105,8 +107,6 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
         questions = team_queries(cfg, index)
     if questions is None:
         if bench is None:
-            from mgrpo.envs import load_benchmark
-
             bench = load_benchmark(cfg.bench_dir)
         stage_index = stage_at(cfg, index)
         stage = cfg.stages[stage_index] if cfg.stages else None
@@ -140,8 +140,6 @@ def admit(store, cfg: RunConfig, run_id: str, index: int, busy: list) -> None:
     samples stay within the bound (:class:`mgrpo.algo.staleness.Admission`: round r is
     trained at version r, so it needs version r - N; workers refresh to the newest
     checkpoint before every batch). Raises :class:`RoundConflict` otherwise."""
-    from mgrpo.algo.staleness import Admission
-
     bounds = {m: cfg.staleness(m) for m in cfg.trained_models()}
     if not any(bounds.values()) or index < 0 or any(r.index < 0 or r.index >= index
                                                     for r in busy):

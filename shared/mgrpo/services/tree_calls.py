@@ -27,9 +27,13 @@ import functools
 import logging
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage, TreeBranching
+from mgrpo.envs import load_benchmark
+from mgrpo.services.context import refresh_weights
+from mgrpo.services.dispatch import agent_cards, registered_queue
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import TokenContext
+from mgrpo.training.judging import build_expert_judges, refresh_judge_weights
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.subagents import FAILED_RESULT
@@ -43,8 +47,6 @@ log = logging.getLogger(__name__)
 @functools.lru_cache(maxsize=4)
 def bench_questions(bench_dir: str) -> dict:
     """Question id -> benchmark question (subtasks and gold documents: the turn rewards)."""
-    from mgrpo.envs import load_benchmark
-
     bench = load_benchmark(bench_dir)
     return {q.id: q for split in ("train", "dev", "test") for q in bench.questions(split)}
 
@@ -90,9 +92,6 @@ class BusSubtree:
 def play_trees(p, verifier, record, spec: RoundSpec, query_ids: list[str]) -> int:
     """Play the trees of ``query_ids`` in round ``record`` (planner worker side, ``p`` its
     ``PlannerRuntime``; ``spec`` the round's); returns how many trees were played."""
-    from mgrpo.services.context import refresh_weights
-    from mgrpo.services.dispatch import agent_cards, registered_queue
-
     store, round_id, cfg = p.store, record.round_id, spec.run
     questions, attempts = [], {}
     for query_id in dict.fromkeys(query_ids):
@@ -142,8 +141,6 @@ def play_tree_calls(worker, calls: list[SubAgentCall], spec: RoundSpec) -> None:
     judges = tree_judge(worker, cfg)
     record = worker.store.get_round(calls[0].round_id) if calls[0].round_id else None
     if record is not None:  # a judge on another trained model: its newest weights
-        from mgrpo.training.judging import refresh_judge_weights
-
         def latest(model: str):
             found = worker.store.latest_checkpoint(model, run_id=record.run_id)
             return None if found is None else (found.uri, found.version)
@@ -183,9 +180,6 @@ def tree_judge(worker, cfg: RunConfig):
     key = (cfg.bench_dir, repr(cfg.judges))
     cache = worker.tree_judges
     if key not in cache:
-        from mgrpo.envs import load_benchmark
-        from mgrpo.training.judging import build_expert_judges
-
         runtime = worker.runtime
         cache[key] = build_expert_judges(
             cfg, load_benchmark(cfg.bench_dir), {worker.model: (runtime.engine,

@@ -46,8 +46,10 @@ from dataclasses import dataclass, field
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
+from mgrpo.envs import load_benchmark
 from mgrpo.envs.questions import Question
 from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
@@ -67,6 +69,7 @@ from mgrpo.training.episodes import (
     mix_seed,
     with_protocol,
 )
+from mgrpo.training.judging import build_verifier
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
@@ -140,12 +143,8 @@ class PlannerRuntime:
         ``python`` runs in the sandbox service when ``MGRPO_SANDBOX_URL`` is set)."""
         key = repr((sorted(cfg.agents), cfg.tools, cfg.role_tools, cfg.bench_dir))
         if key not in self._tools:
-            from mgrpo.envs import load_benchmark
-
             sandbox = None
             if self.settings.sandbox_url:
-                from mgrpo.sandbox.client import SandboxClient
-
                 sandbox = SandboxClient(self.settings.sandbox_url)
             self._tools[key] = build_tools(load_benchmark(cfg.bench_dir),
                                            [r for r in cfg.agents if r != "planner"], sandbox,
@@ -159,8 +158,6 @@ class PlannerRuntime:
         cfg = cfg or self.cfg
         key = repr((cfg.verifier, cfg.verifier_llm))
         if key not in self._verifiers:
-            from mgrpo.training.judging import build_verifier
-
             engines = {self.runtime.model: (self.runtime.engine, self.runtime.tokenizer)}
             self._verifiers[key] = build_verifier(cfg, engines, device=self.settings.device)
         return self._verifiers[key]

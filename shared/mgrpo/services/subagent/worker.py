@@ -43,6 +43,7 @@ from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed, with_protocol
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.subagents import run_subagent_calls
+from mgrpo.training.system import ROLE_DESCRIPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,4 @@ class SubagentWorker:
 
 
 def _default_description(name: str) -> str:
-    from mgrpo.training.system import ROLE_DESCRIPTIONS
-
     return ROLE_DESCRIPTIONS.get(name, name)
