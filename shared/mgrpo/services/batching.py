@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from mgrpo.bus import errors
+from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,6 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
     within it; default ``mgrpo.bus.consumer.HEARTBEAT_S``). ``deadline_s``: a batch handler
     running longer is taken as hung and its connection cut, so the broker redelivers the batch
     (``mgrpo.bus.consumer.HandlerDeadline``; None: no deadline)."""
-    from mgrpo.bus.kombu_bus import KombuBus
-
     if not isinstance(bus, KombuBus):
         def one(message: Message) -> None:
             refused = handler([message]) or {}

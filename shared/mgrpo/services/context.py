@@ -20,12 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mgrpo.bus import InMemoryBus
+from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.names import PLANNER_QUEUE, PLANNER_REPLY_QUEUE, subagent_queue, trainer_queue
 from mgrpo.config import Settings
 from mgrpo.models.loading import folder_weights
+from mgrpo.sandbox.client import SandboxClient
+from mgrpo.store import Store
+from mgrpo.tools import build_configured_tool
 from mgrpo.training.config import ModelConfig, RunConfig
 from mgrpo.training.config_files import load_run_config
 from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.system import tool_resources
+from mgrpo.workflows import refuse_outside_services
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +47,6 @@ def load_service_config(settings: Settings) -> RunConfig:
             raise FileNotFoundError(f"MGRPO_RUN_CONFIG={settings.run_config!r} does not exist; "
                                     "point it at a YAML run config or unset it")
         cfg = load_run_config(path)
-        from mgrpo.workflows import refuse_outside_services
-
         refuse_outside_services(cfg)
         return cfg
     models = {name: ModelConfig(path=str(Path(settings.models_dir) / name))
@@ -74,8 +79,6 @@ class Queues:
 
 
 def open_store(settings: Settings):
-    from mgrpo.store import Store
-
     store = Store(settings.database_url)
     store.upgrade()
     return store
@@ -85,12 +88,8 @@ def make_bus(settings: Settings, store):
     """KombuBus on RabbitMQ (distributed) or an InMemoryBus (embedded); both dedupe on the
     store."""
     if settings.mode == "distributed":
-        from mgrpo.bus.kombu_bus import KombuBus
-
         return KombuBus(settings.broker_url, store,
                         dead_letter_queue_name=Queues(settings.queue_prefix).dead_letter)
-    from mgrpo.bus import InMemoryBus
-
     return InMemoryBus(store)
 
 
@@ -172,12 +171,7 @@ def build_tool(cfg: RunConfig, tool: str, settings: Settings):
     """The tool of a sub-agent, from the run config's ``tools:`` as in embedded mode
     (``mgrpo.tools.build_configured_tool``): a tool that asks for an ``executor`` gets the
     sandbox service (``MGRPO_SANDBOX_URL``) or an in-process sandbox."""
-    from mgrpo.tools import build_configured_tool
-    from mgrpo.training.system import tool_resources
-
     sandbox = None
     if settings.sandbox_url:
-        from mgrpo.sandbox.client import SandboxClient
-
         sandbox = SandboxClient(settings.sandbox_url)
     return build_configured_tool(tool, cfg.tools, tool_resources(cfg.bench_dir, sandbox))

@@ -17,14 +17,13 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Gauge
 
 from mgrpo.config import Settings
+from mgrpo.logs import setup_logging as setup_log_handlers
 from mgrpo.services.health import serve_health
+from mgrpo.validation import unknown_env_vars
 
 
 def setup_logging(settings: Settings, service: str) -> None:
-    from mgrpo.logs import setup_logging as setup
-    from mgrpo.validation import unknown_env_vars
-
-    setup(service, settings.log_level)
+    setup_log_handlers(service, settings.log_level)
     for message in unknown_env_vars(dict(os.environ)):
         logging.getLogger(service).warning(message)
 

@@ -26,13 +26,13 @@ from mgrpo.services.api.routes import (
     rounds,
 )
 from mgrpo.services.body_limit import BodySizeLimit
+from mgrpo.services.context import load_service_config, make_bus, open_store
 from mgrpo.services.docs_assets import install_offline_docs
 from mgrpo.services.http import install_error_handlers
+from mgrpo.training.config import ModelConfig, RunConfig
 
 
 def build_state(settings: Settings) -> ApiState:
-    from mgrpo.services.context import load_service_config, make_bus, open_store
-
     store = open_store(settings)
     return ApiState(settings, load_service_config(settings), store, make_bus(settings, store))
 
@@ -92,8 +92,6 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
 
 def openapi_document() -> dict:
     """The OpenAPI document, without touching a store or a broker (``docs/openapi.json``)."""
-    from mgrpo.training.config import ModelConfig, RunConfig
-
     stub = ApiState(Settings(), RunConfig(models={"planner": ModelConfig(path="-"),
                                                   "searcher": ModelConfig(path="-"),
                                                   "coder": ModelConfig(path="-")}),

@@ -22,7 +22,11 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from mgrpo.config import Settings
+from mgrpo.envs import load_benchmark
+from mgrpo.services.api.evaluation_jobs import EvaluationJobs
+from mgrpo.services.api.query_batcher import QueryBatcher
 from mgrpo.services.context import Queues
+from mgrpo.services.planner.worker import PlannerRuntime, new_reply_suffix
 from mgrpo.training.config import RunConfig
 
 
@@ -43,8 +47,6 @@ class ApiState:
 
     def __post_init__(self) -> None:
         if self.evaluations is None:
-            from mgrpo.services.api.evaluation_jobs import EvaluationJobs
-
             self.evaluations = EvaluationJobs(self.store)
 
     @property
@@ -55,8 +57,6 @@ class ApiState:
         """The planner's model and dispatch; loads the model the first time (model thread)."""
         with self._planner_lock:
             if self.planner is None:
-                from mgrpo.services.planner.worker import PlannerRuntime, new_reply_suffix
-
                 self.planner = PlannerRuntime.build(self.settings, self.cfg, self.store,
                                                     self.bus, reply_suffix=new_reply_suffix())
             return self.planner
@@ -65,8 +65,6 @@ class ApiState:
         """The admission gate and the model thread (``query_batcher``); cheap to build."""
         with self._batcher_lock:
             if self.batcher is None:
-                from mgrpo.services.api.query_batcher import QueryBatcher
-
                 self.batcher = QueryBatcher(
                     lambda jobs, greedy: self.planner_runtime().play(jobs, greedy=greedy),
                     self.settings.max_queries_in_flight, self.settings.query_batch_size)
@@ -75,8 +73,6 @@ class ApiState:
     def benchmark(self):
         with self._bench_lock:
             if self.bench is None:
-                from mgrpo.envs import load_benchmark
-
                 self.bench = load_benchmark(self.cfg.bench_dir)
             return self.bench
 
