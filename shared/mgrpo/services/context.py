@@ -18,7 +18,6 @@ import logging
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mgrpo.bus import InMemoryBus
 from mgrpo.bus.kombu_bus import KombuBus
@@ -139,8 +138,15 @@ def initial_weights(store, model_name: str, cfg: RunConfig | None) -> str:
     return path
 
 
-# engine -> the (run id, checkpoint source) refresh_weights last put in it
-LOADED: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
+# id(engine) -> (the engine, weakly; the (run id, checkpoint source) refresh_weights last put
+# in it). By identity, so any engine object works (one with __eq__ and no __hash__ too).
+_LOADED: dict[int, tuple[weakref.ref, tuple[str, str]]] = {}
+
+
+def loaded_weights(engine) -> tuple[str, str] | None:
+    """The (run id, source) :func:`refresh_weights` last put in ``engine``; None if none."""
+    entry = _LOADED.get(id(engine))
+    return entry[1] if entry is not None and entry[0]() is engine else None
 
 
 def refresh_weights(store, engine, model_name: str, run_id: str,
@@ -148,7 +154,7 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
     """Put ``run_id``'s newest recorded checkpoint of ``model_name`` in the engine (or, before
     the run has one, its :func:`initial_weights`); True if the weights changed. Weights of
     another run are never used unless this run's ``init_from`` names them. Call between
-    batches, never mid-episode. :data:`LOADED` remembers each engine's (run, source)."""
+    batches, never mid-episode. :func:`loaded_weights` says what an engine holds."""
     record = store.latest_checkpoint(model_name, run_id=run_id)
     if record is not None:
         source, version = record.uri, record.version
@@ -157,12 +163,12 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
             cfg = stored_run_config(store, run_id)
         source, version = initial_weights(store, model_name, cfg), 0
     key = (run_id, source)
-    if LOADED.get(engine) == key:
+    if loaded_weights(engine) == key:
         return False
     by_reference = getattr(engine, "loads_by_reference", False)  # a server reads the folder
     engine.load_weights(folder_weights(source) if version == 0 and not by_reference
                         else source, version)
-    LOADED[engine] = key
+    _LOADED[id(engine)] = (weakref.ref(engine), key)
     log.info("%s: run %s samples from v%d (%s)", model_name, run_id, version, source)
     return True
 

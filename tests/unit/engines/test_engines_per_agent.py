@@ -58,3 +58,39 @@ def test_embedded_mode_builds_the_vllm_engine_a_role_names(tiny_dir):
                     engines={"planner": "vllm", "searcher": "vllm"})
     with pytest.raises(EngineUnavailable, match=r"engine 'vllm' is not installed in "):
         build_system(cfg)
+
+
+def test_refresh_weights_loads_once_per_run_and_source_into_any_engine(tiny_dir, tmp_path):
+    """What an engine holds is kept beside it, not set on it: an engine that compares by
+    value (a dataclass, unhashable) is refreshed once per (run, source), each engine on its
+    own."""
+    from dataclasses import dataclass, field
+
+    from mgrpo.services.context import loaded_weights, refresh_weights
+    from mgrpo.store import Store
+
+    @dataclass
+    class Recorder:
+        version: int = 0
+        loads: list = field(default_factory=list)
+
+        def generate(self, requests):
+            return []
+
+        def load_weights(self, source, version):
+            self.loads.append(version)
+            self.version = version
+
+    store = Store(f"sqlite:///{tmp_path}/stats.db")
+    store.upgrade()
+    cfg = RunConfig(agents={"planner": "m"}, models={"m": {"path": str(tiny_dir)}})
+    one, two = Recorder(), Recorder()
+    assert one == two and loaded_weights(one) is None
+    assert refresh_weights(store, one, "m", "run-a", cfg)
+    assert not refresh_weights(store, one, "m", "run-a", cfg)  # same run, same source
+    assert loaded_weights(one) == ("run-a", str(tiny_dir)) and loaded_weights(two) is None
+    assert refresh_weights(store, two, "m", "run-a", cfg)  # another engine: its own load
+    assert refresh_weights(store, one, "m", "run-b", cfg)  # another run: loaded again
+    assert one.loads == [0, 0] and two.loads == [0]
+    assert not hasattr(one, "weights_of")
+    store.close()
