@@ -25,7 +25,7 @@ MIRROR=${MGRPO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 NICE=(nice -n "${MGRPO_DEPLOY_NICE:-15}")
 PYPI_INDEX=${MGRPO_DEPLOY_PYPI_INDEX:-https://pypi.org/simple}
 TAG=${DEPLOY_IMAGE_TAG:-0.1.0}
-TARGETS=${MGRPO_DEPLOY_TARGETS:-"sandbox migrate planner planner-worker subagent trainer"}
+TARGETS=${MGRPO_DEPLOY_TARGETS:-"sandbox migrate planner planner-worker control subagent trainer"}
 BASE=local/bookworm:base
 PYTHON=local/python:3.11-bookworm-torch
 
