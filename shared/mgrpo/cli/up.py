@@ -40,7 +40,7 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     from mgrpo.workflows import TurnTeam, refuse_outside_services
 
     cfg = load_run_config(config_path)
-    refuse_outside_services(cfg)
+    refuse_outside_services(cfg, "mgrpo up")
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
            ("planner-worker", ["serve", "planner-worker"])]  # a turn team: its coordinator
     team = isinstance(cfg.flow, TurnTeam)
@@ -74,7 +74,7 @@ def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     from mgrpo.workflows import refuse_outside_services
 
     cfg = load_run_config(config_path)  # a typo fails here, in one line
-    refuse_outside_services(cfg)
+    refuse_outside_services(cfg, "mgrpo up")
     problems = []
     if engine == "torch":  # a custom engine may take a URL or a hub id instead of a folder
         for name in dict.fromkeys(cfg.agents.values()):

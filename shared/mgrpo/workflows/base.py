@@ -83,14 +83,15 @@ def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> 
         refuse_nested(cfg, command)
 
 
-def refuse_outside_services(cfg: RunConfig) -> None:
-    """A one-line ValueError when the services cannot run ``cfg``'s workflow (a nested
-    hierarchy included)."""
+def refuse_outside_services(cfg: RunConfig, command: str = "the services") -> None:
+    """A one-line ValueError, naming ``command``, when the services cannot run ``cfg``'s
+    workflow (a nested hierarchy included)."""
     flow = cfg.flow
     if not flow.distributed:
-        raise ValueError(f"the services do not run workflow {flow.name}; it trains in this "
-                         "process only: `mgrpo train`")
-    refuse_nested(cfg, "the services")
+        where = "" if command == "the services" else f"{command}: "
+        raise ValueError(f"{where}the services do not run workflow {flow.name}; it trains in "
+                         "this process only: `mgrpo train`")
+    refuse_nested(cfg, command)
 
 
 def refuse_nested(cfg: RunConfig, command: str) -> None:
