@@ -12,8 +12,6 @@ so clipping cannot hide a factor."""
 from __future__ import annotations
 
 import os
-import random
-import socket
 
 import pytest
 import torch
@@ -23,28 +21,11 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]  # two spawned proces
 CASES = {"7 rows, token-mean": (7, "token-mean"), "5 rows, seq-mean": (5, "seq-mean-token-mean")}
 
 
-def _samples(n: int) -> list:
-    from mgrpo.training.scoring import Sample
-    from mgrpo.types import Trajectory
-
-    rng = random.Random(n)
-    out = []
-    for i in range(n):
-        length = rng.randint(8, 16)
-        prompt = length // 2
-        out.append(Sample(Trajectory(
-            traj_id=f"t{i}", round_id="r", query_id=f"q{i // 2}", rollout=i % 2,
-            agent="planner", model="planner",
-            input_ids=[rng.randint(5, 399) for _ in range(length)],
-            response_mask=[0] * prompt + [1] * (length - prompt),
-            old_logprobs=[0.0] * prompt + [-6.0] * (length - prompt)),
-            rng.uniform(-1.5, 1.5), 0.0))
-    return out
-
-
 def _gradients(tiny_dir: str, case: str, how: str | None, rank: int = 0, world: int = 1
                ) -> dict:
     """One optimizer step's gradients by parameter name (whole tensors) and its metrics."""
+    from update_samples import random_samples
+
     from mgrpo.models import load_model
     from mgrpo.parallel.sharding import DataParallel, shard
     from mgrpo.training.config import LossConfig, ModelConfig
@@ -55,9 +36,10 @@ def _gradients(tiny_dir: str, case: str, how: str | None, rank: int = 0, world: 
     model = net if how is None else shard(net, how, "cpu")
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)  # after sharding: its parameters
     mcfg = ModelConfig(path=tiny_dir, micro_batch_size=2, grad_clip=1e9)
-    metrics = policy_update(model, optimizer, _samples(rows), mcfg, LossConfig(agg=agg),
-                            pad_id=0, generator=torch.Generator().manual_seed(0),
-                            temperature=0.9, parallel=DataParallel(rank, world))
+    metrics = policy_update(model, optimizer, random_samples(rows, seed=rows), mcfg,
+                            LossConfig(agg=agg), pad_id=0,
+                            generator=torch.Generator().manual_seed(0), temperature=0.9,
+                            parallel=DataParallel(rank, world))
     grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad)
              .detach().clone() for name, p in net.named_parameters()}
     return {"grads": grads, "grad_norm": metrics["grad_norm"]}
@@ -76,9 +58,9 @@ def _rank(rank: int, tiny_dir: str, port: int, out_dir: str) -> None:
 
 
 def test_two_ranks_gradients_equal_one_process(tiny_dir, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from mgrpo.services.launcher import free_port
+
+    port = free_port()
     mp.start_processes(_rank, args=(str(tiny_dir), port, str(tmp_path)), nprocs=2,
                        start_method="spawn")
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]

@@ -5,7 +5,6 @@ all-reduce gives every rank every row, equal to one process's pass. Two CPU gloo
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -47,12 +46,11 @@ def _rank(rank: int, tiny_dir: str, port: int, out_dir: str) -> None:
 
 def test_each_rank_runs_its_share_and_all_get_every_row(tiny_dir, tmp_path):
     from mgrpo.models import load_model
+    from mgrpo.services.launcher import free_port
     from mgrpo.training.config import ModelConfig
     from mgrpo.training.update import no_grad_logprobs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.start_processes(_rank, args=(str(tiny_dir), port, str(tmp_path)), nprocs=2,
                        start_method="spawn")
     model, _ = load_model(tiny_dir)

@@ -24,6 +24,7 @@ from mgrpo.services.context import (
     refresh_weights,
     round_spec,
 )
+from mgrpo.services.subagent.worker import start_heartbeat
 from mgrpo.training.config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -65,18 +66,11 @@ class RoleWorker:
         consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
                         consumer=f"role-{self.name}", batch_size=self.batch_size,
                         claims=False, deadline_s=self.settings.handler_deadline_s)
-        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        # alive in the store: the API starts a round only when every role's worker is
+        start_heartbeat(self.store, self.name, self._stop, self.heartbeat_s)
 
     def stop(self) -> None:
         self._stop.set()
-
-    def _heartbeat(self) -> None:
-        """Alive in the store (the API starts a round only when every role's worker is)."""
-        while not self._stop.wait(self.heartbeat_s) and not self.store.closed:
-            try:
-                self.store.heartbeat(self.name)
-            except Exception:  # a store blip must not kill the worker; next beat retries
-                log.exception("heartbeat of %s failed", self.name)
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         refused: dict[int, str] = {}

@@ -88,17 +88,10 @@ class SubagentWorker:
         consume_batches(self.bus, self.queues.subagent(self.name), self.handle_batch,
                         consumer=f"subagent-{self.name}", batch_size=self.batch_size,
                         claims=False, deadline_s=self.settings.handler_deadline_s)
-        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        start_heartbeat(self.store, self.name, self._stop, self.heartbeat_s)
 
     def stop(self) -> None:
         self._stop.set()
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s) and not self.store.closed:
-            try:
-                self.store.heartbeat(self.name)
-            except Exception:  # a store blip must not kill the worker; next beat retries
-                log.exception("heartbeat of %s failed", self.name)
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         """Play the batch's calls; returns the refusals (``{position: reason}``, to the
@@ -221,3 +214,16 @@ class SubagentWorker:
 
 def _default_description(name: str) -> str:
     return ROLE_DESCRIPTIONS.get(name, name)
+
+
+def start_heartbeat(store, name: str, stop: threading.Event, every_s: float) -> None:
+    """A daemon thread that marks worker ``name`` alive in the store every ``every_s`` until
+    ``stop`` is set (the API lists and waits for live workers)."""
+    def beat() -> None:
+        while not stop.wait(every_s) and not store.closed:
+            try:
+                store.heartbeat(name)
+            except Exception:  # a store blip must not kill the worker; next beat retries
+                log.exception("heartbeat of %s failed", name)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
