@@ -130,7 +130,8 @@ class TurnCompletion(BaseModel):
 
 
 class SubAgentCall(_Grouped):
-    """A planner's delegation to a tool sub-agent; the answer goes to ``reply_to``."""
+    """A delegation to a sub-agent (by the planner, or by a sub-agent that delegates); the
+    answer goes to ``reply_to``."""
 
     kind: Literal["subagent_call"] = "subagent_call"
     call_id: str  # the sub-agent trajectory's traj_id (round/query/rollout/agent/invocation)
@@ -147,6 +148,9 @@ class SubAgentCall(_Grouped):
     # turn_team rounds: sample these (one role's team turn: K candidates per live task);
     # ``subtask`` is then empty
     turn: list[TurnRequest] | None = None
+    # the sampling seed the caller derived for this call (``SubagentCall.seed``); None: the
+    # worker derives it from the round and the call (tree calls, older producers)
+    seed: int | None = Field(None, ge=0)
 
     def default_key(self) -> str:
         return f"{self.call_id}/{self.attempt}"

@@ -75,12 +75,14 @@ def planner_worker(batch_size: int = typer.Option(64, min=1, help="Episode tasks
 def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (its queue is "
                                       "subagent.<name>)."),
              tool: str = typer.Option("", help="Tool registry name: search, python, ... "
-                                      "(required, except for a turn team's role)."),
+                                      "(required, except for a turn team's role and a "
+                                      "sub-agent that delegates)."),
              model: str = typer.Option(None, help="Model folder (default: the run config's "
                                        "path for this role's model)."),
              description: str = typer.Option("", help="One line the planner sees."),
              batch_size: int = typer.Option(64, min=1)) -> None:
-    """Run one tool sub-agent; it registers itself, so the planner lists it. With a
+    """Run one sub-agent; it registers itself, so its caller lists it. One whose role
+    delegates (``calls:`` in ``agents``) sends its own calls to its callees' workers. With a
     turn_team run config: the worker of role NAME (samples its turns)."""
     from mgrpo.services.entrypoints import serve_subagent
 

@@ -1,7 +1,8 @@
 """``mgrpo up --config FILE``: every service as a local process against the local RabbitMQ and
 PostgreSQL (SPEC 2.4): migrations, the planner API, a planner worker, one sub-agent per
-sub-agent role of the run config (none for ``algorithm: grpo``: the planner worker plays
-every role), one trainer per model an agent plays (a frozen model's scores, never updates).
+sub-agent role of the run config at every level of a nested hierarchy (none for
+``algorithm: grpo``: the planner worker plays every role), one trainer per model an agent
+plays (a frozen model's scores, never updates).
 Each child's output is
 prefixed with its name; Ctrl-C (or SIGTERM) stops them all.
 
@@ -49,9 +50,12 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
             out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--model",
                                              cfg.models[model].path]))
         elif role != "planner" and not cfg.algo.inline:  # inline: the planner plays them
-            tool = cfg.role_tools.get(role) or ROLE_TOOLS.get(role, role)
-            out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--tool",
-                                             tool, "--model", cfg.models[model].path]))
+            # a sub-agent that delegates (nested) has no tool unless role_tools names one
+            tool = cfg.role_tools.get(role) or ("" if cfg.delegation.get(role)
+                                                else ROLE_TOOLS.get(role, role))
+            out.append((f"subagent-{role}", ["serve", "subagent", "--name", role,
+                                             *(["--tool", tool] if tool else []),
+                                             "--model", cfg.models[model].path]))
     # every model an agent plays: a frozen model's trainer scores its trajectories (no update)
     out += [(f"trainer-{m}", ["serve", "trainer", "--model", m])
             for m in dict.fromkeys(cfg.agents.values())]

@@ -24,6 +24,7 @@ from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import SubagentCall, SubagentOutcome
 from mgrpo.training.subagents import FAILED_RESULT
 from mgrpo.types import trajectory_id
+from mgrpo.workflows.hierarchy import delegation_tree
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ class BusDispatch:
                 query_id=query_id if in_round else None, rollout=rollout, attempt=call.attempt,
                 agent=call.role, invocation=call.invocation, subtask=call.task,
                 reply_to=self.reply_queue, weights_version=self.weights_version,
-                group=f"{self.reply_queue}/{turn}/{call.role}", group_size=sizes[call.role])
+                group=f"{self.reply_queue}/{turn}/{call.role}", group_size=sizes[call.role],
+                seed=call.seed)
             key = f"{call_id}/{call.attempt}"
             with self._lock:
                 self._waiting[key] = None
@@ -139,9 +141,12 @@ def registered_queue(store, role: str) -> str | None:
 
 
 def agent_cards(store, cfg: RunConfig, alive_within_s: float | None = None) -> list:
-    """The planner's header lists the REGISTERED sub-agents (SPEC 2.1), in the order of the
-    run config, then any other registered ones."""
+    """The planner's header lists the REGISTERED sub-agents it may call (SPEC 2.1): its
+    callees in the delegation tree (every sub-agent of a flat hierarchy) in the order of the
+    run config, then any other registered ones the run config does not name."""
     registered = {a.name: a for a in store.list_agents(alive_within_s=alive_within_s)}
-    order = [r for r in cfg.agents if r != "planner"] + sorted(registered)
+    callees = delegation_tree(cfg.agents, cfg.delegation)["planner"]
+    order = [r for r in cfg.agents if r in callees] + sorted(
+        r for r in registered if r not in cfg.agents)
     return [P.AgentCard(name=name, description=registered[name].description or name)
             for name in dict.fromkeys(order) if name in registered]

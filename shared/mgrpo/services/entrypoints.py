@@ -91,7 +91,7 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
             "mgrpo_subagent_weights_version": lambda: role.engine.version,
         }, stop=bus.close, bus=bus, needs=worker_needs(store, None))
         return
-    if not tool:
+    if not tool and not cfg.delegation.get(name):  # a sub-agent that delegates needs none
         raise ValueError(f"sub-agent {name!r} needs --tool (search, python, ...)")
     worker = SubagentWorker(settings, cfg, store, bus, name, tool, model, description,
                             batch_size=batch_size)

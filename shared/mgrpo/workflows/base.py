@@ -69,8 +69,8 @@ class Workflow:
 def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> None:
     """A one-line ValueError when ``cfg``'s workflow cannot run under ``command`` (the
     services, or a command that plays the benchmark's questions). ``nested``: ``command``
-    plays sub-agents that delegate (in this process); the others refuse a nested
-    hierarchy (``agents: {role: {model: ..., calls: [...]}}``)."""
+    plays sub-agents that delegate; the others refuse a nested hierarchy (``agents: {role:
+    {model: ..., calls: [...]}}``)."""
     flow = cfg.flow
     if flow.embedded_only:
         where = ("`mgrpo train` or the service entry points (`mgrpo serve planner-worker`, "
@@ -85,23 +85,24 @@ def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> 
 
 def refuse_outside_services(cfg: RunConfig, command: str = "the services") -> None:
     """A one-line ValueError, naming ``command``, when the services cannot run ``cfg``'s
-    workflow (a nested hierarchy included)."""
+    workflow. A nested hierarchy runs: each sub-agent worker that delegates sends its own
+    calls (``mgrpo.services.subagent.worker``)."""
     flow = cfg.flow
     if not flow.distributed:
         where = "" if command == "the services" else f"{command}: "
         raise ValueError(f"{where}the services do not run workflow {flow.name}; it trains in "
                          "this process only: `mgrpo train`")
-    refuse_nested(cfg, command)
 
 
 def refuse_nested(cfg: RunConfig, command: str) -> None:
-    """A one-line ValueError when ``cfg`` is a nested hierarchy (a sub-agent with ``calls``):
-    only this process plays sub-agents that delegate; a sub-agent worker publishes no calls
-    of its own."""
+    """A one-line ValueError when ``cfg`` is a nested hierarchy (a sub-agent with ``calls``)
+    and ``command`` plays every role with one teacher (``mgrpo data transcripts``), which
+    plays one level of sub-agents."""
     calls = {r: cs for r, cs in cfg.delegation.items() if r != "planner" and cs}
     if calls:
-        raise ValueError(f"{command} cannot play nested delegation ({calls}): sub-agents "
-                         "that delegate run in this process only (`mgrpo train`, `mgrpo eval`)")
+        raise ValueError(f"{command} cannot play nested delegation ({calls}): it plays one "
+                         "level of sub-agents; a nested hierarchy trains with `mgrpo train` "
+                         "or the services and is measured with `mgrpo eval`")
 
 
 _WORKFLOWS: dict[str, Workflow] = {}

@@ -9,8 +9,9 @@ The hierarchy may nest: a sub-agent that delegates lists the sub-agents it may c
 sub-agents no other agent calls); it is a tree rooted at the planner, at most
 :data:`MAX_DEPTH` levels of sub-agents deep. Every agent at every level is trained with
 M-GRPO's per-agent groups (each role's group: its own calls of a query, aligned to d slots
-per rollout). Nested delegation is played in this process (``mgrpo train``, ``mgrpo eval``);
-the services refuse it (:func:`mgrpo.workflows.base.refuse_nested`)."""
+per rollout). Nested delegation is played in this process (``mgrpo train``, ``mgrpo eval``)
+and through the services (a sub-agent worker that delegates sends its own calls over the
+bus, ``mgrpo.services.subagent.worker``)."""
 
 from __future__ import annotations
 

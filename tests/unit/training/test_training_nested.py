@@ -2,7 +2,7 @@
 round: every level's trajectories reach the store, each role's advantages are its own
 group-relative values (hand-computed here: one call per rollout, d = 1), and every level's
 model moves. The delegation graph is checked when the config is read: a role calling itself,
-a cycle, a second caller, or nesting under the services are refused in one line."""
+a cycle or a second caller are refused in one line; the services take a nested config."""
 
 from __future__ import annotations
 
@@ -146,7 +146,10 @@ def test_a_bad_delegation_graph_is_refused_in_one_line(tmp_path, agents, message
     assert one_line(caught.value) == f"invalid RunConfig: {message}"
 
 
-def test_nesting_needs_mgrpo_and_is_refused_by_the_services(tmp_path, tiny_dir, bench_dir):
+def test_nesting_needs_mgrpo_and_runs_through_the_services(tmp_path, tiny_dir, bench_dir):
+    """The services take a nested hierarchy (``mgrpo up`` starts a worker per sub-agent at
+    every level: the delegating one without a tool, and a trainer per model); a command that
+    plays one level of sub-agents with one teacher (transcripts) still refuses it."""
     import yaml
 
     from mgrpo.cli.up import service_commands
@@ -156,18 +159,27 @@ def test_nesting_needs_mgrpo_and_is_refused_by_the_services(tmp_path, tiny_dir, 
                        r"\(per-agent groups with alignment\), not at_grpo"):
         _cfg(tmp_path, tiny_dir, bench_dir, algorithm="at_grpo")
     cfg = _cfg(tmp_path, tiny_dir, bench_dir)
-    with pytest.raises(ValueError) as caught:
-        refuse_outside_services(cfg)  # what every service runs on MGRPO_RUN_CONFIG
-    assert str(caught.value) == (
-        "the services cannot play nested delegation ({'researcher': ['searcher']}): "
-        "sub-agents that delegate run in this process only (`mgrpo train`, `mgrpo eval`)")
+    refuse_outside_services(cfg)  # what every service runs on MGRPO_RUN_CONFIG
+    refuse_outside_services(cfg, "mgrpo up")
     refuse_embedded_only(cfg, "mgrpo eval", nested=True)  # played in this process
+    with pytest.raises(ValueError) as caught:
+        refuse_embedded_only(cfg, "mgrpo data transcripts")
+    assert str(caught.value) == (
+        "mgrpo data transcripts cannot play nested delegation ({'researcher': ['searcher']}): "
+        "it plays one level of sub-agents; a nested hierarchy trains with `mgrpo train` or "
+        "the services and is measured with `mgrpo eval`")
     path = tmp_path / "nested.yaml"
     data = run_config_dict(tmp_path, tiny_dir, bench_dir, agents=NESTED)
     data["models"] = {m: {"path": str(tiny_dir)} for m in ("planner", "researcher", "searcher")}
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="^mgrpo up cannot play nested delegation"):
-        service_commands(str(path), 8000)
+    commands = dict(service_commands(str(path), 8000))
+    assert list(commands) == ["planner", "planner-worker", "subagent-researcher",
+                              "subagent-searcher", "trainer-planner", "trainer-researcher",
+                              "trainer-searcher"]
+    assert commands["subagent-researcher"] == ["serve", "subagent", "--name", "researcher",
+                                               "--model", str(tiny_dir)]
+    assert commands["subagent-searcher"] == ["serve", "subagent", "--name", "searcher",
+                                             "--tool", "search", "--model", str(tiny_dir)]
     flat = _cfg(tmp_path, tiny_dir, bench_dir,
                 agents={"planner": "planner", "searcher": "searcher"})
     refuse_outside_services(flat)  # one level: the services play it

@@ -85,9 +85,16 @@ def worker_id() -> str:
 
 def answered_calls(trace: list[dict], role: str) -> int:
     """d_k of ``role`` in one episode: delegations a sub-agent answered (each answer means
-    one trajectory was sent to that sub-agent's trainer; failures carry ``error``)."""
-    return sum(1 for event in trace
-               if event.get("agent") == role and "format_ok" in event and "error" not in event)
+    one trajectory was sent to that sub-agent's trainer; failures carry ``error``), at every
+    depth of a nested hierarchy (a delegating sub-agent's ``steps`` hold its own calls'
+    traces under ``calls``)."""
+    count = 0
+    for event in trace:
+        if event.get("agent") == role and "format_ok" in event and "error" not in event:
+            count += 1
+        for step in event.get("steps", ()):
+            count += answered_calls(step.get("calls", ()), role)
+    return count
 
 
 @dataclass

@@ -1,10 +1,17 @@
-"""A tool sub-agent worker (one deployment per tool): registers itself in the store, then
-takes batches of ``SubAgentCall``s from ``subagent.<name>``, plays them with the library's
-:func:`~mgrpo.training.subagents.run_subagent_calls`, sends each trajectory to ITS OWN
-model's trainer (``trainer.<model>``, only for calls inside a round whose config trains that
-model), and only then replies to the caller. Trajectory first, reply second: when the
+"""A sub-agent worker (one deployment per sub-agent role): registers itself in the store,
+then takes batches of ``SubAgentCall``s from ``subagent.<name>``, plays them with the
+library's :func:`~mgrpo.training.subagents.run_subagent_calls`, sends each trajectory to ITS
+OWN model's trainer (``trainer.<model>``, only for calls inside a round whose config trains
+that model), and only then replies to the caller. Trajectory first, reply second: when the
 planner completes the rollout, every trajectory it counts in d_k is already on a durable
 queue.
+
+A sub-agent that delegates (a nested hierarchy: ``agents: {researcher: {model: r, calls:
+[searcher]}}`` in the round's run config) sees its callees' cards and sends its own calls
+over the bus as the planner worker does (a :class:`~mgrpo.services.dispatch.BusDispatch` on
+this worker's own reply queue), each with the seed embedded mode gives it; the callee's
+worker sends the callee's trajectory to the callee's trainer before it replies, so the
+whole subtree's trajectories are on their way before this worker replies to its caller.
 
 Registration (``store.register_agent``) is what puts this sub-agent in the planner's header:
 adding a tool sub-agent is a run-config entry plus a deployment, no planner code.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
@@ -38,19 +46,23 @@ from mgrpo.services.context import (
     refresh_weights,
     round_spec,
 )
+from mgrpo.services.dispatch import BusDispatch, registered_queue
+from mgrpo.services.planner.worker import new_reply_suffix, worker_id
 from mgrpo.services.tree_calls import play_tree_calls
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed, with_protocol
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.subagents import run_subagent_calls
-from mgrpo.training.system import ROLE_DESCRIPTIONS
+from mgrpo.training.system import ROLE_DESCRIPTIONS, role_cards
+from mgrpo.workflows.hierarchy import delegation_tree
 
 log = logging.getLogger(__name__)
 
 
 class SubagentWorker:
-    """``name``: the role (``searcher``); ``tool``: registry name (``search``); ``model_path``:
-    its model folder. The model NAME (trainer queue) is ``cfg.agents[name]``."""
+    """``name``: the role (``searcher``); ``tool``: registry name (``search``; empty: none,
+    for a sub-agent that only delegates); ``model_path``: its model folder. The model NAME
+    (trainer queue) is ``cfg.agents[name]``."""
 
     def __init__(self, settings: Settings, cfg: RunConfig, store, bus, name: str, tool: str,
                  model_path: str | None = None, description: str = "",
@@ -65,7 +77,8 @@ class SubagentWorker:
                                             lora=mcfg.lora if mcfg is not None else None)
         refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
-                                    tokenizer=tokenizer, tool=build_tool(cfg, tool, settings),
+                                    tokenizer=tokenizer,
+                                    tool=build_tool(cfg, tool, settings) if tool else None,
                                     description=description, turn_format=make_turn_format(
                                         cfg.protocol.format, tokenizer,
                                         cfg.protocol.tool_call_format))
@@ -77,6 +90,7 @@ class SubagentWorker:
         self._round_specs: dict[str, RoundSpec] = {}
         self._round_runs: dict[str, str] = {}
         self.tree_judges: dict = {}  # AT-GRPO turn-reward judges (services.tree_calls)
+        self._dispatch: BusDispatch | None = None  # built on the first call that delegates
 
     def start(self) -> None:
         self.store.register_agent(self.name, self.model, self.queues.subagent(self.name),
@@ -148,17 +162,22 @@ class SubagentWorker:
         calls = [c for c in calls if c.tree is None or c.round_id is None]
         if not calls:
             return
-        library_calls = [SubagentCall(
-            key=(c.round_id or "query", c.query_id or c.call_id, c.rollout), role=self.name,
+        library_calls = [SubagentCall(  # outside a round: a key its own calls keep out of one
+            key=(c.round_id or f"query-{c.call_id}", c.query_id or c.call_id, c.rollout),
+            role=self.name,
             task=c.subtask, invocation=c.invocation, seed=self._call_seed(c),
             attempt=c.attempt) for c in calls]
         outcomes: list = [None] * len(calls)
         for round_id in dict.fromkeys(c.round_id for c in calls):
             picked = [i for i, c in enumerate(calls) if c.round_id == round_id]
             run = self._round_spec(round_id).run if round_id is not None else self.cfg
-            done = run_subagent_calls(with_protocol(self.runtime, run.protocol),
-                                      [library_calls[i] for i in picked],
-                                      self._sampling(round_id))
+            runtime = with_protocol(self.runtime, run.protocol)
+            callees = delegation_tree(run.agents, run.delegation).get(self.name, ())
+            if callees:  # a nested hierarchy: this role delegates to its callees
+                runtime = replace(runtime, calls=tuple(role_cards(callees)))
+            done = run_subagent_calls(runtime, [library_calls[i] for i in picked],
+                                      self._sampling(round_id),
+                                      dispatch=self.dispatch() if callees else None)
             for i, outcome in zip(picked, done, strict=True):
                 outcomes[i] = outcome
         # one publish_many (one confirm wait): every trajectory, then the replies, so a
@@ -177,6 +196,16 @@ class SubagentWorker:
                 trace=outcome.trace)))
         self.bus.publish_many(trajectories + replies)
         self.calls_done += len(calls)
+
+    def dispatch(self) -> BusDispatch:
+        """The bus dispatch of this worker's own calls (a sub-agent that delegates), on a
+        reply queue of its own; built once, on first use."""
+        if self._dispatch is None:
+            reply_queue = self.queues.replies(f"{worker_id()}-{self.name}{new_reply_suffix()}")
+            self._dispatch = BusDispatch(self.bus, reply_queue,
+                                         lambda role: registered_queue(self.store, role))
+        self._dispatch.weights_version = self.runtime.engine.version
+        return self._dispatch
 
     def _round_spec(self, round_id: str) -> RoundSpec:
         """The round's spec, read from the store once per round (a round the store does not
@@ -199,12 +228,16 @@ class SubagentWorker:
         return self.model in self._round_spec(round_id).scored_models
 
     def _call_seed(self, call: SubAgentCall) -> int:
-        """The sampling seed of a delegation: inside a round, the seed embedded mode gives
+        """The sampling seed of a delegation: the one its caller sent (``call.seed``: what
+        embedded mode gives the call, at any depth of a nested hierarchy); else, inside a
+        round, the seed embedded mode gives
         the same call (episode seed ``mix_seed(run seed, round, query, rollout)`` as in
         ``rounds.collect``, then ``mix_seed(episode seed, role, invocation)`` as in
         ``EpisodeRunner._planner_turn``), so both modes sample the same sub-agent tokens
         (tests/integration/services/test_services_parity.py). A re-run attempt replays the
         same draws, as the planner's own turns do. Outside a round (REST): per call id."""
+        if call.seed is not None:
+            return call.seed
         if call.round_id is None or call.query_id is None:
             return mix_seed(call.call_id, call.attempt)
         run_seed = self._round_spec(call.round_id).run.seed
