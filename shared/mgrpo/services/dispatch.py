@@ -14,6 +14,8 @@ sub-agent's trajectory goes from the sub-agent worker straight to its own model'
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -27,6 +29,17 @@ from mgrpo.types import trajectory_id
 from mgrpo.workflows.hierarchy import delegation_tree
 
 log = logging.getLogger(__name__)
+
+
+def worker_id() -> str:
+    """Stable enough for a reply-queue name: host and pid (a pod name in Kubernetes)."""
+    raw = f"{socket.gethostname()}-{os.getpid()}".lower()
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in raw)[:40]
+
+
+def new_reply_suffix() -> str:
+    """A suffix that keeps apart the reply queues of several dispatches in one process."""
+    return "-" + uuid.uuid4().hex[:6]
 
 
 def call_id_of(call: SubagentCall) -> str:

@@ -26,7 +26,8 @@ from mgrpo.envs import load_benchmark
 from mgrpo.services.api.evaluation_jobs import EvaluationJobs
 from mgrpo.services.api.query_batcher import QueryBatcher
 from mgrpo.services.context import Queues
-from mgrpo.services.planner.worker import PlannerRuntime, new_reply_suffix
+from mgrpo.services.dispatch import new_reply_suffix
+from mgrpo.services.planner.worker import PlannerRuntime
 from mgrpo.training.config import RunConfig
 
 

@@ -24,8 +24,7 @@ from mgrpo.config import Settings
 from mgrpo.engines.base import Completion, GenerationRequest
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, round_spec
-from mgrpo.services.dispatch import BusDispatch, registered_queue
-from mgrpo.services.planner.worker import worker_id
+from mgrpo.services.dispatch import BusDispatch, registered_queue, worker_id
 from mgrpo.services.team import build_world, train_pool
 from mgrpo.store.records import DCount
 from mgrpo.training.config import RunConfig

@@ -36,11 +36,8 @@ before each batch only).
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from mgrpo.bus.messages import EpisodeTask, RoundCommand, TrajectoryMessage
@@ -57,7 +54,7 @@ from mgrpo.services.context import (
     refresh_weights,
     round_spec,
 )
-from mgrpo.services.dispatch import BusDispatch, agent_cards, registered_queue
+from mgrpo.services.dispatch import BusDispatch, agent_cards, registered_queue, worker_id
 from mgrpo.services.tree_calls import play_trees
 from mgrpo.store.records import DCount, PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
@@ -75,12 +72,6 @@ from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
 
 log = logging.getLogger(__name__)
-
-
-def worker_id() -> str:
-    """Stable enough for a reply-queue name: host and pid (a pod name in Kubernetes)."""
-    raw = f"{socket.gethostname()}-{os.getpid()}".lower()
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in raw)[:40]
 
 
 def answered_calls(trace: list[dict], role: str) -> int:
@@ -335,7 +326,3 @@ class PlannerWorker:
             command="train", run_id=record.run_id, round_id=round_id, model=model,
             idempotency_key=f"round_command:{round_id}/rollouts-done/{model}"))
             for model in scored])
-
-
-def new_reply_suffix() -> str:
-    return "-" + uuid.uuid4().hex[:6]

@@ -46,8 +46,7 @@ from mgrpo.services.context import (
     refresh_weights,
     round_spec,
 )
-from mgrpo.services.dispatch import BusDispatch, registered_queue
-from mgrpo.services.planner.worker import new_reply_suffix, worker_id
+from mgrpo.services.dispatch import BusDispatch, new_reply_suffix, registered_queue, worker_id
 from mgrpo.services.tree_calls import play_tree_calls
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed, with_protocol
