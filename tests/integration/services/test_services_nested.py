@@ -14,10 +14,16 @@ seeds. Compared as the other parity tests do (``parity_kit.assert_rounds_equal``
 and planner outcomes exactly, group statistics within 1e-6, metrics and updated weights
 within 1e-5. Also: each model's trainer got only its own role's trajectories (B*K each),
 d_k = 1 per rollout for both sub-agent roles, one group statistics row per (model, role,
-query) with n = K in the store, and the planner's header lists the researcher only."""
+query) with n = K in the store, and the planner's header lists the researcher only.
+
+Then the same deployment as ``mgrpo up`` starts it (``service_commands``: the planner API, the
+planner worker, a worker per sub-agent role, the delegating one without a tool, a trainer per
+model), each its own process: a REST query's trace nests the searcher's call under the
+researcher's, and a round trains every level."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -91,9 +97,14 @@ class ScriptedTurns:
 
 
 def scripted(path: str, device: str):
-    """``MGRPO_ENGINE=test_services_nested:scripted``: (model, tokenizer, engine)."""
+    """``MGRPO_ENGINE=test_services_nested:scripted``: (model, tokenizer, engine). In a
+    service process the planner's answers come from the run config's benchmark."""
     from mgrpo.models import load_tokenizer
+    from mgrpo.training.config_files import load_run_config
 
+    if not GOLD and os.environ.get("MGRPO_RUN_CONFIG"):
+        bench = load_benchmark(load_run_config(os.environ["MGRPO_RUN_CONFIG"]).bench_dir)
+        GOLD.update({q.question: q.answer for q in bench.all_questions})
     tokenizer = load_tokenizer(path)
     return None, tokenizer, ScriptedTurns(tokenizer)
 
@@ -218,3 +229,62 @@ def test_three_levels_through_the_services_equal_embedded(assets, tmp_path, post
     for must in ("planner/pg_loss", "researcher/pg_loss", "searcher/pg_loss",
                  "researcher/reward_mean", "searcher/d"):
         assert must in compared, sorted(compared)
+
+
+def test_mgrpo_up_services_play_three_levels_as_processes(deployment, assets, tmp_path,
+                                                          rabbitmq_url):
+    import httpx
+    import yaml
+
+    from mgrpo.cli.up import service_commands
+    from mgrpo.services.launcher import free_port
+
+    env, store, services = deployment
+    tiny, bench = assets
+    cfg = nested_config(tiny, bench, tmp_path / "out")
+    path = tmp_path / "nested.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    here = Path(__file__).resolve().parent  # this module (the engine) and what it imports
+    services.env.update(MGRPO_RUN_CONFIG=str(path), MGRPO_API_TOKEN="tok",
+                        MGRPO_ENGINE="test_services_nested:scripted",
+                        PYTHONPATH=os.pathsep.join([str(here), str(here.parents[1]),
+                                                    services.env["PYTHONPATH"]]))
+    api_port, queues = free_port(), Queues(env["MGRPO_QUEUE_PREFIX"])
+    bus = KombuBus(rabbitmq_url, store, dead_letter_queue_name=queues.dead_letter)
+    commands = dict(service_commands(str(path), api_port))
+    assert commands["subagent-researcher"][:4] == ["serve", "subagent", "--name", "researcher"]
+    assert "--tool" not in commands["subagent-researcher"]
+    try:
+        for name, argv in commands.items():
+            services.start(name, *argv[1:], port=api_port if name == "planner" else None)
+        for name in commands:
+            services.wait_healthy(name)
+        assert sorted(a.name for a in store.list_agents()) == ["researcher", "searcher"]
+        question = next(q for q in load_benchmark(bench).questions("train", stage=1))
+        answer = httpx.post(f"http://127.0.0.1:{api_port}/v1/queries", timeout=120,
+                            headers={"Authorization": "Bearer tok"},
+                            json={"question": question.question})
+        assert answer.status_code == 200, answer.text
+        trace = answer.json()["trace"]
+        researcher = next(e for e in trace if e.get("agent") == "researcher" and "steps" in e)
+        nested = [c for step in researcher["steps"] for c in step.get("calls", ())]
+        assert [c["agent"] for c in nested] == ["searcher"]
+        assert nested[0]["result"] in ("found", "lost") and nested[0]["format_ok"]
+        assert researcher["result"] == nested[0]["result"]
+        record = start_round(store, bus, cfg, queues)
+        deadline = time.monotonic() + 300
+        while (status := store.get_round(record.round_id).status) != "done":
+            assert status not in ("failed", "cancelled") and time.monotonic() < deadline, \
+                (status, "\n".join(services.log(n)[-1500:] for n in commands))
+            time.sleep(0.1)
+        rid = record.round_id
+        assert {m: sorted({t.agent for t in store.round_trajectories(rid, m)})
+                for m in MODELS} == {m: [m] for m in MODELS}
+        assert {m: len(store.round_trajectories(rid, m)) for m in MODELS} == \
+            dict.fromkeys(MODELS, B * K)
+        assert sorted((s.model, s.agent, s.n) for s in store.read_group_stats(rid)) == \
+            sorted((m, m, K) for m in MODELS for _ in range(B))
+        assert {c.model for c in store.list_checkpoints()} == set(MODELS)
+    finally:
+        bus.close()
+        delete_queues(rabbitmq_url, queues.subagent("researcher"), queues.trainer("researcher"))
