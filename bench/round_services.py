@@ -46,8 +46,11 @@ def _one_each(cfg) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if cfg.algorithm != "grpo":
         for role in (r for r in cfg.agents if r != "planner"):
-            tool = cfg.role_tools.get(role) or ROLE_TOOLS[role]
-            out[f"subagent-{role}"] = ["serve", "subagent", "--name", role, "--tool", tool]
+            # a sub-agent that delegates (nested) has no tool unless role_tools names one
+            tool = cfg.role_tools.get(role) or ("" if cfg.delegation.get(role)
+                                                else ROLE_TOOLS[role])
+            out[f"subagent-{role}"] = ["serve", "subagent", "--name", role,
+                                       *(["--tool", tool] if tool else [])]
     out["planner-worker"] = ["serve", "planner-worker"]
     for model in dict.fromkeys(cfg.agents.values()):
         out[f"trainer-{model}"] = ["serve", "trainer", "--model", model]
@@ -142,7 +145,8 @@ def inprocess_round(cfg, workdir: Path, timeout_s: float = 600.0) -> RoundData:
     try:
         for argv in service_argv(cfg).values():
             if argv[1] == "subagent":
-                SubagentWorker(settings, cfg, store, bus, argv[3], argv[5]).start()
+                tool = argv[argv.index("--tool") + 1] if "--tool" in argv else ""
+                SubagentWorker(settings, cfg, store, bus, argv[3], tool).start()
             elif argv[1] == "trainer":
                 trainers.append(TrainerService(settings, cfg, store, bus, argv[3]))
                 trainers[-1].start()
