@@ -45,6 +45,13 @@ class Turn:
     action: str
     reward: float
     feedback: str = ""  # what the world answered (a tool's output, a test report)
+    malformed: bool = False  # the world could read no action of the role's form in it
+
+
+class Malformed(str):
+    """The feedback of a malformed action (no action of the role's form could be read: no
+    tagged answer, no code, no expression the tool can compute, no tests): a world's
+    ``act`` records the turn with ``malformed=True``."""
 
 
 @dataclass

@@ -18,6 +18,9 @@ Rewards, each in [0, 1]:
 - ``coder``: the fraction of the tester's current tests its code passes; 0.2 if it defines
   the function and the tester gave no tests; 0.0 if the code fails before defining it.
 
+Malformed turns (``Turn.malformed``): a tester's reply with no test that can be read, a
+coder's reply with no code.
+
 The coder sees the tester's tests and how its code did on them, never the hidden tests; the
 tester sees the coder's code and its results, never the reference.
 
@@ -32,7 +35,7 @@ import re
 from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
-from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.base import Malformed, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.coder_tasks import assert_text, draw_task
 from mgrpo.envs.worlds.kit import (
     KitWorld,
@@ -167,7 +170,7 @@ class CoderTesterWorld(KitWorld):
         tests, note = read_tests(action, name)
         state.data["tests"] = tests
         if not tests:
-            return 0.0, note
+            return 0.0, Malformed(note)
         # each test against the reference, then against a function returning None (rebound
         # in that test's own copy of the namespace): one sandbox call
         null = f"def {name}(*args, **kwargs):\n    return None\n"
@@ -191,7 +194,8 @@ class CoderTesterWorld(KitWorld):
         if report is None or not report["defined"]:
             reason = error if report is None else report["error"]
             state.data.update(hidden_pass=0.0, code_report=f"the code failed: {reason}")
-            return 0.0, state.data["code_report"]
+            report_line = state.data["code_report"]
+            return 0.0, report_line if code else Malformed(report_line)
         results = report["results"]
         mine, hidden_results = results[:len(tests)], results[len(tests):]
         state.data["hidden_pass"] = round(

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mgrpo.envs.worlds.base import Turn, WorldState, WorldTask
+from mgrpo.envs.worlds.base import Malformed, Turn, WorldState, WorldTask
 from mgrpo.sandbox.types import ExecRequest
 from mgrpo.tools.python import Executor, refusal_of
 
@@ -173,7 +173,8 @@ class KitWorld:
     """What the kit's worlds share: the sandbox made on first use, seeded tasks through
     :func:`seeded_tasks`, and one action's bookkeeping (:meth:`act`). A world sets ``name``,
     ``roles``, ``draw`` (``rng -> task`` with ``statement``, ``solution``, ``data``) and
-    implements ``observe``, ``play`` (one role's action -> (local reward, feedback)) and
+    implements ``observe``, ``play`` (one role's action -> (local reward, feedback); a
+    :class:`~mgrpo.envs.worlds.base.Malformed` feedback marks the turn malformed) and
     ``solved``."""
 
     name: str
@@ -208,7 +209,8 @@ class KitWorld:
         action = action[:MAX_ACTION_CHARS]
         reward, feedback = self.play(state, role, action)
         turn = Turn(index=state.team_turn, role=role, observation=observation, action=action,
-                    reward=reward, feedback=feedback)
+                    reward=reward, feedback=str(feedback),
+                    malformed=isinstance(feedback, Malformed))
         state.turns.append(turn)
         if role == self.roles[-1]:
             state.data["team_turn"] = state.team_turn + 1

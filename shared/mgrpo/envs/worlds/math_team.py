@@ -18,7 +18,8 @@ too) and :func:`mgrpo.envs.arith.evaluate_arithmetic` computes it (numbers,
 ``+ - * / // %``, one comparison, abs/min/max/round; anything else is refused with its
 reason; no code runs). Then the reasoner, shown the expression and its value,
 answers ``<answer>...</answer>``; that ends the episode. A reply without the tag is a
-zero-reward turn and the team goes on, up to ``max_turns``.
+zero-reward malformed turn and the team goes on, up to ``max_turns``; so is an expression
+the evaluator refuses.
 
 Rewards, each in [0, 1]:
 - team: 1.0 if the final answer matches the gold answer (case, surrounding spaces, a trailing
@@ -42,7 +43,7 @@ from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.arith import evaluate_arithmetic
 from mgrpo.envs.kg import _name_pool
 from mgrpo.envs.questions import ARITHS, COMPARES, FOUNDER_AGE
-from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.base import Malformed, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.kit import KitWorld, clip, code_of, tagged
 
 KINDS = ("compare", "arith", "founder_age")
@@ -156,9 +157,9 @@ class MathTeamWorld(KitWorld):
         try:
             value = evaluate_arithmetic(expression)
         except ValueError as exc:
-            return 0.0, f"refused: {clip(str(exc), 300)}"
+            return 0.0, Malformed(f"refused: {clip(str(exc), 300)}")
         except (RecursionError, MemoryError):
-            return 0.0, "refused: the expression is nested too deeply"
+            return 0.0, Malformed("refused: the expression is nested too deeply")
         state.data["value"] = value
         if value != state.task.data["value"]:
             return 0.2, f"= {value}"
@@ -169,7 +170,7 @@ class MathTeamWorld(KitWorld):
     def _reason(self, state: WorldState, action: str) -> tuple[float, str]:
         answer = tagged(action, "answer")
         if answer is None:
-            return 0.0, "no final answer: give it as <answer>...</answer>"
+            return 0.0, Malformed("no final answer: give it as <answer>...</answer>")
         state.data["answer"] = clip(answer, 200)
         correct = normalize(answer) == normalize(state.task.solution)
         return (1.0, "correct") if correct else (0.0, "wrong")

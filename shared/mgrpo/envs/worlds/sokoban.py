@@ -21,9 +21,10 @@ box); the rest are dropped. The episode ends when every box is on a target (team
 Local rewards, each in [0, 1]:
 - ``tool``: 0.0 if its code fails (error, timeout, limit); 0.2 if it runs; 0.5 if the last line
   it printed is a legal move sequence from the current board; 1.0 if that sequence solves it.
-- ``plan``: 0.0 if no moves can be read; otherwise 0.2 x the fraction of its moves that were
-  legal + 0.4 x the fraction of the boxes' distance to the targets it removed (sum over boxes
-  of the Manhattan distance to the nearest target), and 1.0 if the board is solved.
+- ``plan``: 0.0 if no moves can be read (a malformed turn); otherwise 0.2 x the fraction of
+  its moves that were legal + 0.4 x the fraction of the boxes' distance to the targets it
+  removed (sum over boxes of the Manhattan distance to the nearest target), and 1.0 if the
+  board is solved.
 
 The scripted expert: the tool runs a short breadth-first search in the sandbox
 (:data:`EXPERT_TOOL_CODE`) that prints a shortest solution; the plan agent plays
@@ -37,7 +38,7 @@ import re
 from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
-from mgrpo.envs.worlds.base import WorldState, WorldTask, register_world
+from mgrpo.envs.worlds.base import Malformed, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.kit import (
     KitWorld,
     clip,
@@ -322,8 +323,8 @@ class SokobanWorld(KitWorld):
     def _plan(self, state: WorldState, action: str) -> tuple[float, str]:
         moves = parse_moves(action)
         if moves is None:
-            return 0.0, ("could not read moves: answer with U D L R only, e.g. "
-                         "<answer>R R D</answer>")
+            return 0.0, Malformed("could not read moves: answer with U D L R only, e.g. "
+                                  "<answer>R R D</answer>")
         moves = moves[:MAX_MOVES]
         board = Board(state.data["grid"])
         before = board.distance()

@@ -5,8 +5,8 @@ output is shown to the planner), then the ``plan`` role answers.
 Actions use the agent protocol's markers (one special token each in our tokenizers, so a
 turn's generation stops at the closing one): the tool role writes ``<tool>code</tool>``, the
 plan role ``<answer>...</answer>``. Anything else is a malformed action: a turn with local
-reward 0 and a feedback line, never an exception. Code that fails, times out or prints
-nothing earns the tool role 0.
+reward 0, ``malformed`` set and a feedback line, never an exception. Code that fails, times
+out or prints nothing earns the tool role 0.
 
 Local rewards (each in [0, 1]): tool -> 1.0 when its output, read as an answer, solves the
 task; 0.2 when it ran and printed something; else 0. plan -> 1.0 when its answer solves the
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
-from mgrpo.envs.worlds.base import SPLITS, Turn, WorldState, WorldTask
+from mgrpo.envs.worlds.base import SPLITS, Malformed, Turn, WorldState, WorldTask
 from mgrpo.sandbox.types import ExecRequest
 
 _BUCKETS = {"train": range(0, 14), "dev": range(14, 16), "test": range(16, 20)}
@@ -150,7 +150,8 @@ class ToolPlanWorld:
             reward, feedback = self._tool(state, action)
         else:
             reward, feedback = self._plan(state, action)
-        turn = Turn(state.team_turn, role, observation, action, reward, feedback)
+        turn = Turn(state.team_turn, role, observation, action, reward, str(feedback),
+                    malformed=isinstance(feedback, Malformed))
         state.turns.append(turn)
         if role == self.roles[-1]:
             state.data["team_turn"] = state.team_turn + 1
@@ -173,7 +174,7 @@ class ToolPlanWorld:
         code = tagged(action, T.TOOL_OPEN, T.TOOL_CLOSE)
         if not code:
             state.data["tool_output"] = ""
-            return 0.0, "malformed: expected <tool>code</tool>"
+            return 0.0, Malformed("malformed: expected <tool>code</tool>")
         try:
             result = self.sandbox.execute(ExecRequest(code=code, timeout_s=self.timeout_s,
                                                       memory_mb=256))
@@ -194,7 +195,7 @@ class ToolPlanWorld:
         answer = tagged(action, T.ANSWER_OPEN, T.ANSWER_CLOSE)
         if answer is None:
             state.data.update(answer="", feedback="")
-            return 0.0, "malformed: expected <answer>...</answer>"
+            return 0.0, Malformed("malformed: expected <answer>...</answer>")
         reward, solved, feedback = self.check(state.task, answer)
         state.data.update(answer=clip(answer, 40), feedback=feedback, solved=solved)
         return (1.0 if solved else min(reward, 0.5)), feedback
