@@ -130,101 +130,53 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
 
 def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False),
           split: str = typer.Option("test", help="train, dev or test"),
-          n: int = typer.Option(200, help="Questions to evaluate (the first N of the split)."),
+          n: int = typer.Option(200, help="Questions (a turn team: tasks of its world) to "
+                                "evaluate, the first N of the split."),
           stage: str | None = typer.Option(
-              None, help="1 or 2, or all to mix stages on purpose (default: the config's "
-              "eval_stage; a selection that would mix stages is refused)."),
+              None, help="Hierarchy: 1 or 2, or all to mix stages on purpose (default: the "
+              "config's eval_stage; a selection that would mix stages is refused)."),
           greedy: bool = typer.Option(True, help="Greedy (T=0) or sampled decoding."),
           checkpoints: bool = typer.Option(
               False, help="Evaluate the run's latest checkpoints (out_dir/checkpoints), not "
               "the models' starting paths."),
           bench_seed: int | None = typer.Option(
-              None, help="Also evaluate on the config's benchmark rebuilt with this generator "
-              "seed (new entities, same templates; built once into BENCH_DIR-seedS)."),
+              None, help="Hierarchy: also evaluate on the config's benchmark rebuilt with this "
+              "generator seed (new entities, same templates; built once into "
+              "BENCH_DIR-seedS)."),
           subagent: str | None = typer.Option(
-              None, help="Also play this sub-agent (searcher, coder) alone on the gold "
-              "subtasks of the questions: its own r_expert, free of the planner's errors."),
+              None, help="Hierarchy: also play this sub-agent (searcher, coder) alone on the "
+              "gold subtasks of the questions: its own r_expert, free of the planner's "
+              "errors."),
           out: Path | None = typer.Option(None, help="Write the JSON here too."),
           set_: list[str] = typer.Option([], "--set")) -> None:
-    """Evaluate: accuracy, format validity, calls and r_expert per sub-agent, tokens per
-    answer, and the CPU kernels and threads used (the config's cpu_kernels, cpu_threads),
-    as JSON. With --bench-seed, the same numbers on another seed's benchmark beside."""
+    """Evaluate the config's workflow, as JSON with the CPU kernels and threads used (the
+    config's cpu_kernels, cpu_threads). A hierarchy: accuracy, format validity, calls and
+    r_expert per sub-agent, tokens per answer (with --bench-seed, the same on another seed's
+    benchmark beside). A turn team: team accuracy and reward, each role's turn reward and
+    malformed actions, turns per episode, on tasks of its world's split."""
     from mgrpo.cli.errors import UserError
     from mgrpo.training.config_files import load_run_config
-    from mgrpo.training.heldout import other_seed_benchmark, parse_stage
+    from mgrpo.training.heldout import parse_stage
     from mgrpo.training.numerics import pin
-    from mgrpo.workflows import refuse_embedded_only
+    from mgrpo.workflows import EvalRefused, EvalRequest
 
     cfg = load_run_config(config, _parse_overrides(set_))
-    refuse_embedded_only(cfg, "mgrpo eval", nested=True)
-    cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
         chosen = parse_stage(stage)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--stage") from None
-    if chosen is None and cfg.eval_stage is not None:
-        chosen = cfg.eval_stage
-    result = _eval_on(cfg, split, n, chosen, greedy, checkpoints, subagent)
-    if bench_seed is not None:
-        from mgrpo.envs import load_benchmark
-        from mgrpo.training.heldout import name_overlap
-
-        try:
-            other = other_seed_benchmark(cfg.bench_dir, bench_seed,
-                                         f"{cfg.bench_dir.rstrip('/')}-seed{bench_seed}")
-        except ValueError as exc:
-            raise UserError(str(exc), "pass --bench-seed with a seed other than the "
-                            "benchmark's own") from None
-        other_cfg = cfg.model_copy(update={"bench_dir": str(other)})
-        result = {f"seed {_bench_seed(cfg.bench_dir)}": result,
-                  f"seed {bench_seed}": _eval_on(other_cfg, split, n, chosen, greedy,
-                                                 checkpoints, subagent),
-                  "name_overlap": name_overlap(load_benchmark(cfg.bench_dir),
-                                               load_benchmark(other), split)}
+    request = EvalRequest(split=split, n=n, greedy=greedy, checkpoints=checkpoints,
+                          stage=chosen, bench_seed=bench_seed, subagent=subagent)
+    cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
+    try:
+        result = cfg.flow.evaluate(cfg, request)
+    except EvalRefused as exc:
+        raise UserError(str(exc), exc.hint) from None
     result["cpu"] = cpu
     text = json.dumps(result, indent=2, sort_keys=True)
     if out:
         out.write_text(text)
     typer.echo(text)
-
-
-def _bench_seed(bench_dir: str) -> int | str:
-    from mgrpo.envs import load_benchmark
-
-    config = load_benchmark(bench_dir).config
-    return config.seed if config is not None else "?"
-
-
-def _eval_on(cfg, split: str, n: int, stage, greedy: bool, checkpoints: bool,
-             subagent: str | None = None) -> dict:
-    """One evaluation of ``cfg``'s system: metrics plus what was evaluated."""
-    from mgrpo.cli.errors import UserError
-    from mgrpo.progress import progress_bar
-    from mgrpo.training.evaluate import evaluate
-    from mgrpo.training.heldout import load_trained, select_questions
-    from mgrpo.training.system import build_system
-
-    system = build_system(cfg)
-    try:
-        questions = select_questions(system.bench, split, n, stage)
-    except ValueError as exc:
-        raise UserError(f"{cfg.bench_dir}: {exc}", "see `mgrpo data show "
-                        f"{cfg.bench_dir}` for the questions per split and stage") from None
-    versions = load_trained(system) if checkpoints else {}
-    with progress_bar(desc="eval", total=len(questions)) as bar:
-        result: dict = evaluate(system, questions, greedy=greedy, progress=bar.update)
-    if subagent is not None:
-        if subagent not in system.runtimes or subagent == "planner":
-            raise UserError(f"--subagent {subagent!r} is not a sub-agent of this run",
-                            f"one of {sorted(r for r in system.runtimes if r != 'planner')}")
-        from mgrpo.training.evaluate import evaluate_subagent
-
-        result.update(evaluate_subagent(system, subagent, questions, greedy=greedy))
-    result.update({"split": split, "stages": sorted({q.stage for q in questions}),
-                   "questions": len(questions), "bench_dir": cfg.bench_dir,
-                   "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
-                   or "models' paths"})
-    return result
 
 
 def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,

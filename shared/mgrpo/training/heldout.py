@@ -8,6 +8,8 @@
 - Benchmark: the run's benchmark config rebuilt with another generator seed (new entities,
   same templates and sizes), to check that a gain is not memorisation of our own entities.
 
+:func:`evaluate_hierarchy` is the hierarchy's ``mgrpo eval`` (``Hierarchy.evaluate``).
+
 What this module does not do: play episodes or score them (``mgrpo.training.evaluate``).
 """
 
@@ -97,3 +99,59 @@ def name_overlap(train_bench, other_bench, split: str = "test") -> float:
     seen = {e.name for e in train_bench.kg.entities if e.split == "train"}
     names = [e.name for e in other_bench.kg.entities if e.split == split and not e.distractor]
     return sum(n in seen for n in names) / max(len(names), 1)
+
+
+def evaluate_hierarchy(cfg, request) -> dict:
+    """``mgrpo eval`` on a hierarchy run (an :class:`mgrpo.workflows.EvalRequest`): its
+    metrics on the first ``n`` questions of ``split`` of one stage (``stage``, else the
+    config's ``eval_stage``), with ``subagent`` also played alone; with ``bench_seed``, the
+    same beside on that generator seed's benchmark (built once into ``BENCH_DIR-seedS``)."""
+    from mgrpo.envs import load_benchmark
+    from mgrpo.workflows import EvalRefused
+
+    stage = request.stage if request.stage is not None else cfg.eval_stage
+    result = evaluate_on(cfg, request, stage)
+    if request.bench_seed is None:
+        return result
+    seed = request.bench_seed
+    try:
+        other = other_seed_benchmark(cfg.bench_dir, seed, f"{cfg.bench_dir.rstrip('/')}-seed{seed}")
+    except ValueError as exc:
+        raise EvalRefused(str(exc), "pass --bench-seed with a seed other than the benchmark's "
+                          "own") from None
+    config = load_benchmark(cfg.bench_dir).config
+    own = config.seed if config is not None else "?"
+    return {f"seed {own}": result,
+            f"seed {seed}": evaluate_on(cfg.model_copy(update={"bench_dir": str(other)}),
+                                        request, stage),
+            "name_overlap": name_overlap(load_benchmark(cfg.bench_dir), load_benchmark(other),
+                                         request.split)}
+
+
+def evaluate_on(cfg, request, stage: Stage) -> dict:
+    """One evaluation of ``cfg``'s hierarchy: metrics plus what was evaluated."""
+    from mgrpo.progress import progress_bar
+    from mgrpo.training.evaluate import evaluate, evaluate_subagent
+    from mgrpo.training.system import build_system
+    from mgrpo.workflows import EvalRefused
+
+    system = build_system(cfg)
+    try:
+        questions = select_questions(system.bench, request.split, request.n, stage)
+    except ValueError as exc:
+        raise EvalRefused(f"{cfg.bench_dir}: {exc}", "see `mgrpo data show "
+                          f"{cfg.bench_dir}` for the questions per split and stage") from None
+    subagent = request.subagent
+    if subagent is not None and (subagent not in system.runtimes or subagent == "planner"):
+        raise EvalRefused(f"--subagent {subagent!r} is not a sub-agent of this run",
+                          f"one of {sorted(r for r in system.runtimes if r != 'planner')}")
+    versions = load_trained(system) if request.checkpoints else {}
+    with progress_bar(desc="eval", total=len(questions)) as bar:
+        result: dict = evaluate(system, questions, greedy=request.greedy, progress=bar.update)
+    if subagent is not None:
+        result.update(evaluate_subagent(system, subagent, questions, greedy=request.greedy))
+    result.update({"split": request.split, "stages": sorted({q.stage for q in questions}),
+                   "questions": len(questions), "bench_dir": cfg.bench_dir,
+                   "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
+                   or "models' paths"})
+    return result

@@ -45,10 +45,12 @@ class TeamSystem:
     runtimes: dict[str, AgentRuntime]
     extras: dict = field(default_factory=dict)
 
-    def sampler(self) -> TeamSampler:
+    def sampler(self, k: int | None = None) -> TeamSampler:
+        """The team's tree sampler: ``k`` candidates per turn (default the config's K)."""
         flow = self.cfg.flow
-        return TeamSampler(self.world, self.runtimes, self.cfg.sampling, self.cfg.k,
-                           flow.alpha(self.cfg), flow.max_turns(self.cfg))
+        return TeamSampler(self.world, self.runtimes, self.cfg.sampling,
+                           self.cfg.k if k is None else k, flow.alpha(self.cfg),
+                           flow.max_turns(self.cfg))
 
 
 def build_team_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> TeamSystem:
@@ -80,10 +82,33 @@ def ingest_team(store, round_id: str, episodes: list[TeamEpisode], k: int) -> No
 
 
 def team_metrics(episodes: list[TeamEpisode], world: Any, prefix: str) -> dict[str, float]:
-    """Solved fraction and team turns of the episodes' chosen paths."""
+    """Of the episodes' chosen paths: the solved fraction (team reward 1.0), the mean team
+    reward (``World.score``) and the mean team turns."""
     n = max(len(episodes), 1)
-    return {f"{prefix}/accuracy": sum(world.score(ep.state) for ep in episodes) / n,
+    scores = [float(world.score(ep.state)) for ep in episodes]
+    return {f"{prefix}/accuracy": sum(s == 1.0 for s in scores) / n,
+            f"{prefix}/team_reward": sum(scores) / n,
             f"{prefix}/team_turns": sum(ep.state.team_turn for ep in episodes) / n}
+
+
+def role_metrics(episodes: list[TeamEpisode], roles: tuple[str, ...],
+                 prefix: str) -> dict[str, float]:
+    """Per role, over the turns of the episodes' chosen paths: the mean turn reward
+    (``alpha * team + local``, what training groups), the mean local reward, the share of
+    malformed actions (``Turn.malformed``) and the role's turns per episode."""
+    n = max(len(episodes), 1)
+    out: dict[str, float] = {}
+    for role in roles:
+        chosen = [t for ep in episodes for t in ep.candidates
+                  if t.agent == role and t.extra.get("chosen")]
+        turns = [t for ep in episodes for t in ep.state.turns if t.role == role]
+        count = max(len(turns), 1)
+        out.update({f"{prefix}/{role}/turn_reward": sum(t.reward for t in chosen)
+                    / max(len(chosen), 1),
+                    f"{prefix}/{role}/local_reward": sum(t.reward for t in turns) / count,
+                    f"{prefix}/{role}/malformed": sum(t.malformed for t in turns) / count,
+                    f"{prefix}/{role}/turns": len(turns) / n})
+    return out
 
 
 def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
@@ -121,17 +146,52 @@ def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
     return metrics
 
 
-def evaluate_team(system: TeamSystem, tasks: list) -> dict[str, float]:
-    """The greedy team on ``tasks``: ``eval/greedy/accuracy`` and ``eval/greedy/team_turns``."""
-    return evaluate_team_tasks(system, tasks)[0]
+def evaluate_team(system: TeamSystem, tasks: list, greedy: bool = True) -> dict[str, float]:
+    """The team on ``tasks``, one action per role and turn (greedy, or sampled at the
+    config's temperature): under ``eval/greedy/`` (or ``eval/sampled/``) the
+    :func:`team_metrics` and the :func:`role_metrics`."""
+    return evaluate_team_tasks(system, tasks, greedy)[0]
 
 
-def evaluate_team_tasks(system: TeamSystem, tasks: list) -> tuple[dict[str, float],
-                                                                   dict[str, float]]:
-    """:func:`evaluate_team`'s metrics and each task's score ({task id: 0 or 1})."""
-    episodes = system.sampler().run("eval", tasks, system.cfg.seed, greedy=True)
+def evaluate_team_tasks(system: TeamSystem, tasks: list, greedy: bool = True
+                        ) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`evaluate_team`'s metrics and each task's team reward ({task id: score}). The
+    episodes' seed is the config's, so the same weights give the same numbers."""
+    episodes = system.sampler(k=1).run("eval", tasks, system.cfg.seed, greedy=greedy)
     scores = {ep.task.task_id: float(system.world.score(ep.state)) for ep in episodes}
-    return team_metrics(episodes, system.world, "eval/greedy"), scores
+    prefix = "eval/greedy" if greedy else "eval/sampled"
+    return {**team_metrics(episodes, system.world, prefix),
+            **role_metrics(episodes, tuple(system.world.roles), prefix)}, scores
+
+
+def evaluate_team_run(cfg: RunConfig, split: str, n: int, greedy: bool = True,
+                      checkpoints: bool = False) -> dict[str, Any]:
+    """``mgrpo eval`` on a ``turn_team`` run: :func:`evaluate_team` on the first ``n`` tasks
+    of the world's ``split`` (the config's seed), played by the run's latest checkpoints
+    (``checkpoints``) or the models' starting paths; the metrics plus what was evaluated."""
+    from mgrpo.envs.worlds import SPLITS
+    from mgrpo.training.heldout import load_trained
+    from mgrpo.workflows import EvalRefused
+
+    if split not in SPLITS:
+        raise EvalRefused(f"--split {split!r}: a world's splits are {', '.join(SPLITS)}",
+                          "pass --split test (the default), dev or train")
+    if n < 1:
+        raise EvalRefused(f"--n {n}: evaluate at least one task", "pass --n 1 or more")
+    system = build_team_system(cfg)
+    try:
+        tasks = system.world.tasks(split, n, cfg.seed)
+    except ValueError as exc:
+        raise EvalRefused(str(exc), "pass a smaller --n") from None
+    versions = load_trained(system) if checkpoints else {}
+    metrics = evaluate_team(system, tasks, greedy)
+    flow = cfg.workflow
+    return {**metrics, "world": flow.world, "split": split, "tasks": len(tasks),
+            "seed": cfg.seed, "decoding": "greedy" if greedy else "sampled",
+            "roles": dict(flow.roles),
+            "models": {name: cfg.models[name].path for name in system.models},
+            "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
+            or "models' paths"}
 
 
 def write_task_scores(out_dir: Path, scores: dict[str, float]) -> None:

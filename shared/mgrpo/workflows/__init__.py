@@ -2,6 +2,8 @@
 ``turn_team``; a user's from their ``plugins:``."""
 
 from mgrpo.workflows.base import (
+    EvalRefused,
+    EvalRequest,
     Workflow,
     get_workflow,
     refuse_embedded_only,
@@ -26,7 +28,7 @@ def prepare_run_data(data: dict) -> dict:
     return get_workflow(flow.get("kind", "hierarchy")).prepare(data)
 
 
-__all__ = ["HIERARCHY", "TURN_TEAM", "Hierarchy", "TurnTeam", "Workflow", "WorkflowConfig",
-           "get_workflow", "prepare_run_data", "refuse_embedded_only", "refuse_outside_services",
-           "register_workflow",
+__all__ = ["HIERARCHY", "TURN_TEAM", "EvalRefused", "EvalRequest", "Hierarchy", "TurnTeam",
+           "Workflow", "WorkflowConfig", "get_workflow", "prepare_run_data",
+           "refuse_embedded_only", "refuse_outside_services", "register_workflow",
            "workflow_names"]

@@ -11,16 +11,45 @@ sub-agents) and ``turn_team`` (:mod:`mgrpo.workflows.turn_team`: a team of roles
 turns on a :class:`~mgrpo.envs.worlds.World`). A user's workflow is registered from their
 own package (``plugins:``) with :func:`register_workflow`.
 
-What this module does NOT do: play episodes or train (the workflow's ``train`` hands the run
-to ``mgrpo.training``).
+A workflow also owns how a run of it is evaluated (``mgrpo eval``): its ``evaluate`` takes
+the command's options as an :class:`EvalRequest` and returns the JSON-able result.
+
+What this module does NOT do: play episodes, evaluate or train (the workflow's ``train`` and
+``evaluate`` hand the run to ``mgrpo.training``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from mgrpo.training.config import RunConfig
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What ``mgrpo eval`` asks of a workflow: ``n`` items of ``split`` (the first ones, the
+    same for the same config), greedy or sampled decoding, the run's latest checkpoints or
+    the models' starting paths. ``stage``, ``bench_seed`` and ``subagent`` are the
+    hierarchy's (its benchmark's stages and generator seed, one sub-agent alone); a workflow
+    without them refuses them (:meth:`Workflow.refuse_options`)."""
+
+    split: str = "test"
+    n: int = 200
+    greedy: bool = True
+    checkpoints: bool = False
+    stage: int | Literal["all"] | None = None
+    bench_seed: int | None = None
+    subagent: str | None = None
+
+
+class EvalRefused(ValueError):
+    """``mgrpo eval`` cannot evaluate as asked: ``str()`` says why, ``hint`` what to do."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class Workflow:
@@ -31,7 +60,7 @@ class Workflow:
     description: str = ""
     team_reward: str = ""  # what the team reward is (one line, for docs and `mgrpo` help)
     local_reward: str = ""  # what each role's local reward is
-    embedded_only: bool = True  # plays no benchmark questions: `mgrpo up`, `mgrpo eval` and
+    embedded_only: bool = True  # plays no benchmark questions: `mgrpo up` and
     # `mgrpo data transcripts` (which play the hierarchy) refuse it
     distributed: bool = False  # the service entry points (`mgrpo serve ...`) run its rounds
     reads_bench: bool = True  # its runs read the benchmark at `bench_dir` (`mgrpo config
@@ -65,6 +94,24 @@ class Workflow:
         run folder."""
         raise NotImplementedError
 
+    def evaluate(self, cfg: RunConfig, request: EvalRequest) -> dict[str, Any]:
+        """Evaluate a run of this workflow in this process (``mgrpo eval``): its metrics and
+        what was evaluated, JSON-able. The default refuses (an :class:`EvalRefused`)."""
+        raise EvalRefused(f"mgrpo eval: workflow {self.name} defines no evaluation",
+                          "its held-out numbers are `mgrpo train`'s (eval/greedy/*, before "
+                          "and after); a workflow evaluates by overriding Workflow.evaluate")
+
+    def refuse_options(self, request: EvalRequest, *options: str) -> None:
+        """An :class:`EvalRefused` naming the first of ``options`` (``stage``,
+        ``bench_seed``, ``subagent``) that ``request`` sets: this workflow has no use for
+        it."""
+        for option in options:
+            if getattr(request, option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise EvalRefused(f"mgrpo eval {flag}: workflow {self.name} has no "
+                                  f"{option.replace('_', ' ')} (it belongs to the "
+                                  "hierarchy's benchmark)", f"drop {flag}")
+
 
 def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> None:
     """A one-line ValueError when ``cfg``'s workflow cannot run under ``command`` (the
@@ -76,9 +123,12 @@ def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> 
         where = ("`mgrpo train` or the service entry points (`mgrpo serve planner-worker`, "
                  "`subagent --name ROLE`, `trainer --model M`)" if flow.distributed
                  else "`mgrpo train` only")
+        held_out = ("`mgrpo eval`, and `mgrpo train`'s before and after" if
+                    type(flow).evaluate is not Workflow.evaluate else
+                    "`mgrpo train`'s before and after")
         raise ValueError(f"{command} plays the hierarchy (planner + sub-agents); workflow "
-                         f"{flow.name} trains with {where} (its held-out accuracy is "
-                         "measured by `mgrpo train` before and after, eval/greedy/*)")
+                         f"{flow.name} trains with {where} (its held-out evaluation: "
+                         f"{held_out}, eval/greedy/*)")
     if not nested:
         refuse_nested(cfg, command)
 

@@ -129,5 +129,10 @@ class Hierarchy(Workflow):
 
         return run_hierarchy(cfg, resume, progress, stop_after, log_every)
 
+    def evaluate(self, cfg, request):
+        from mgrpo.training.heldout import evaluate_hierarchy
+
+        return evaluate_hierarchy(cfg, request)
+
 
 HIERARCHY = register_workflow(Hierarchy())

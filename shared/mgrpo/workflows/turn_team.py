@@ -13,7 +13,8 @@ The run config names the world and which model plays each role::
 ``roles`` replaces ``agents`` (one model for both roles: a shared policy), and the algorithm
 is ``at_grpo`` (tree sampling: ``mgrpo.workflows.team_play``) unless another tree algorithm
 is named. Training in this process: ``mgrpo.training.team_round``; through the services:
-``mgrpo.services.team``.
+``mgrpo.services.team``. Evaluation (``mgrpo eval``): the same greedy (or sampled) team
+``mgrpo train`` evaluates before and after, on any split.
 """
 
 from __future__ import annotations
@@ -89,6 +90,15 @@ class TurnTeam(Workflow):
         from mgrpo.training.team_round import run_team_training
 
         return run_team_training(cfg, resume, progress, stop_after, log_every)
+
+    def evaluate(self, cfg, request):
+        """The team, one action per role and turn, on the first ``n`` tasks of the world's
+        ``split`` (``mgrpo.training.team_round.evaluate_team_run``)."""
+        self.refuse_options(request, "stage", "bench_seed", "subagent")
+        from mgrpo.training.team_round import evaluate_team_run
+
+        return evaluate_team_run(cfg, request.split, request.n, request.greedy,
+                                 request.checkpoints)
 
 
 TURN_TEAM = register_workflow(TurnTeam())
