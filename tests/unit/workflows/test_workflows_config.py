@@ -94,7 +94,7 @@ def test_benchmark_commands_refuse_a_turn_team_and_up_starts_its_services(tmp_pa
     refuse_embedded_only(RunConfig(models=MODELS), "mgrpo up")  # the hierarchy: fine
     with pytest.raises(ValueError, match="workflow turn_team trains with `mgrpo train` or "
                                          "the service entry points"):
-        refuse_embedded_only(RunConfig.model_validate(_team()), "mgrpo eval")
+        refuse_embedded_only(RunConfig.model_validate(_team()), "mgrpo data transcripts")
     path = tmp_path / "team.yaml"
     path.write_text("models: {m1: {path: unused}, m2: {path: unused}}\n"
                     "workflow: {kind: turn_team, world: sudoku4, roles: {tool: m1, plan: m2}}\n")
