@@ -6,6 +6,7 @@ checkpoints, and the hierarchy's options refused in one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -54,7 +55,7 @@ def test_eval_cli_equals_the_team_evaluation(tmp_path, tiny_dir, world):
     assert {k for k in out if k.startswith("eval/")} == {f"eval/greedy/{k}" for k in keys}
     assert json.loads((tmp_path / "eval.json").read_text()) == out
     # the function mgrpo train evaluates with, on the same tasks and seed: the same numbers
-    cfg = RunConfig.model_validate(yaml.safe_load(open(config)))
+    cfg = RunConfig.model_validate(yaml.safe_load(Path(config).read_text()))
     system = team_round.build_team_system(cfg)
     tasks = system.world.tasks("test", 2, 3)
     expected = team_round.evaluate_team(system, tasks)
@@ -123,7 +124,7 @@ def test_checkpoints_and_refused_options(tmp_path, tiny_dir):
     runner = CliRunner()
     none = runner.invoke(app, ["eval", "--config", config, "--n", "1", "--checkpoints"])
     assert none.exit_code == 1 and "no checkpoints" in none.output
-    cfg = RunConfig.model_validate(yaml.safe_load(open(config)))
+    cfg = RunConfig.model_validate(yaml.safe_load(Path(config).read_text()))
     net, tokenizer = load_model(str(tiny_dir), device="cpu")
     save_checkpoint(net, run_dirs(cfg)[0], "a", 3, tokenizer=tokenizer)
     out = _eval("--config", config, "--n", "1", "--checkpoints")
@@ -150,3 +151,21 @@ def test_worlds_mark_malformed_actions():
     assert plan.act(state, "tool", "no code here").malformed
     assert plan.act(state, "plan", "RR").malformed
     assert not plan.act(state, "plan", "<answer>RR</answer>").malformed
+
+
+def test_accuracy_counts_solved_tasks_and_team_reward_averages_scores():
+    """coder_tester's team reward is the share of hidden tests passed: a task half passed
+    counts 0.5 in the team reward and 0 in the accuracy."""
+    from mgrpo.envs.worlds import WorldState, WorldTask
+    from mgrpo.workflows.team_play import TeamEpisode
+
+    class Half:
+        def score(self, state):
+            return state.data["passed"]
+
+    task = WorldTask("x", "test", "", None)
+    episodes = [TeamEpisode(task, WorldState(task, data={"passed": p, "team_turn": t}))
+                for p, t in ((1.0, 1), (0.5, 3))]
+    assert team_round.team_metrics(episodes, Half(), "eval/greedy") == {
+        "eval/greedy/accuracy": 0.5, "eval/greedy/team_reward": 0.75,
+        "eval/greedy/team_turns": 2.0}
