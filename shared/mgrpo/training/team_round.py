@@ -10,10 +10,13 @@ each (task, role, turn) group (``mgrpo.algo.at_grpo_advantages``) and the same p
 as every other round (``mgrpo.training.update.policy_update``). A shared policy (one model
 for every role) trains on all roles' samples; specialised policies each on their role's.
 
-Held-out evaluation: the greedy team (one action per turn) on ``eval_questions`` tasks of the
-world's test split, before the first round and after the last: ``eval/greedy/accuracy``
-(solved), ``eval/greedy/team_turns``; each task's score after the last round in
-``eval_after_questions.json``.
+Held-out evaluation (:func:`evaluate_team`): the greedy team (one action per turn) on
+``eval_questions`` tasks of the world's test split, before the first round and after the
+last: ``eval/greedy/accuracy`` (solved), ``eval/greedy/team_reward``,
+``eval/greedy/team_turns`` and each role's turn reward, local reward, malformed share and
+turns; each task's team reward after the last round in ``eval_after_questions.json``. The
+same function evaluates a team for ``mgrpo eval`` (:func:`evaluate_team_run`, any split, the
+run's checkpoints or the starting weights) and ``mgrpo ablate`` (the swapped team).
 
 What this module does not do: the services' mode (``mgrpo.services.team``, which plays
 the same ``TeamSampler`` and trains with the same ``train_tree_model``).
