@@ -5,7 +5,6 @@ retried with back-off, and replays and redeliveries act once."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 from celery.signals import task_retry
 from kombu import Connection
+from queues_cleanup import delete_run_queues
 
 import mgrpo.bus.kombu_bus as kombu_bus
 from mgrpo.bus.app import control_app, send_control
@@ -73,16 +73,9 @@ def control(postgres_url, rabbitmq_url, tmp_path_factory):
             bus.close()
             reader.close()
             store.close()
-            _delete_queues(rabbitmq_url, prefix)
+            delete_run_queues(rabbitmq_url, queues, subagents=(),
+                              extra=(app.conf.mgrpo_control_queue, prefix + "replay.source"))
 
-
-def _delete_queues(broker_url: str, prefix: str) -> None:
-    names = ["mgrpo.control", "mgrpo.dead_letter", "planner.episodes", "trainer.planner",
-             "trainer.searcher", "trainer.coder", "replay.source"]
-    with Connection(broker_url) as connection:
-        for name in names:
-            with contextlib.suppress(Exception):  # never declared: nothing to delete
-                connection.channel().queue_delete(prefix + name)
 
 
 def _until(condition, what: str):

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from queues_cleanup import delete_run_queues
 
+from mgrpo.services.context import Queues
 from mgrpo.services.launcher import ServiceProcesses
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
@@ -90,19 +92,6 @@ def _deploy(postgres_url, rabbitmq_url, unique_name, assets, tmp_path):
             yield env, store, services
         finally:
             services.stop_all()
-            _delete_queues(rabbitmq_url, unique_name)
+            delete_run_queues(rabbitmq_url, Queues(f"{unique_name}."))
             store.close()
 
-
-def _delete_queues(broker_url: str, prefix: str) -> None:
-    from kombu import Connection
-
-    names = ["planner.episodes", "trainer.planner", "trainer.searcher", "trainer.coder",
-             "subagent.searcher", "subagent.coder", "mgrpo.dead_letter"]
-    with Connection(broker_url) as connection:
-        channel = connection.channel()
-        for name in names:
-            try:
-                channel.queue_delete(f"{prefix}.{name}")
-            except Exception:  # already gone (or never declared): nothing to clean
-                channel = connection.channel()

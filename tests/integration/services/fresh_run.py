@@ -12,16 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from queues_cleanup import delete_queues
+from queues_cleanup import delete_run_queues
 from services_testkit import make_bench, make_tiny, write_run_config
 
 from mgrpo.config import Settings
 from mgrpo.services.context import Queues, load_service_config
 from mgrpo.store import Store
 from mgrpo.store.admin import temporary_database
-
-MODELS = ("planner", "searcher", "coder")
-SUBAGENTS = ("searcher", "coder")
 
 
 @dataclass
@@ -51,7 +48,5 @@ def fresh_run(postgres_url: str, rabbitmq_url: str, root: Path, name: str, *,
         try:
             yield FreshRun(run_settings, load_service_config(run_settings), store, queues)
         finally:
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in MODELS),
-                          *(queues.subagent(a) for a in SUBAGENTS))
+            delete_run_queues(rabbitmq_url, queues)
             store.close()

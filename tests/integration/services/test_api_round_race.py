@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from fresh_run import MODELS, fresh_run
+from fresh_run import fresh_run
 from kombu import Connection
+from queues_cleanup import MODELS
 from serving import running_server
 
 from mgrpo.services.api.app import create_app

@@ -1,4 +1,4 @@
-"""The planner API under load, on the real PostgreSQL and RabbitMQ (issue 16 items 8-9): an
+"""The planner API under load, on the real PostgreSQL and RabbitMQ: an
 evaluation in progress does not hold queries back, ``/healthz`` answers while 200 clients
 post queries and an evaluation runs on the real TorchEngine, a model that is still loading
 blocks neither ``/healthz`` nor a second query, and ``/readyz`` (and ``/healthz``) say 503
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import services_testkit as kit
-from kombu import Connection
+from queues_cleanup import delete_run_queues
 from services_testkit import make_bench, make_tiny, write_run_config
 from serving import running_server
 from waiting import wait_for
@@ -74,19 +74,9 @@ def stack(postgres_url, rabbitmq_url, tmp_path_factory):
             for worker in workers:
                 worker.stop()  # its heartbeat thread: before the database is dropped
             bus.close()
-            _delete_queues(rabbitmq_url, Queues(prefix))
+            delete_run_queues(rabbitmq_url, Queues(prefix), models=())
             store.close()
 
-
-def _delete_queues(broker_url: str, queues: Queues) -> None:
-    with Connection(broker_url) as connection:
-        channel = connection.channel()
-        for name in (queues.subagent("searcher"), queues.subagent("coder"),
-                     queues.dead_letter):
-            try:
-                channel.queue_delete(name)
-            except Exception:  # never declared: nothing to clean
-                channel = connection.channel()
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from queues_cleanup import delete_queues
+from queues_cleanup import delete_run_queues
 from serving import running_server
 
 from mgrpo.bus.kombu_bus import KombuBus
@@ -179,9 +179,7 @@ def distributed(cfg: RunConfig, postgres_url: str, rabbitmq_url: str, prefix: st
                 trainer.stop()
             bus.close()
             store.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in ("ma", "mb")),
-                          *(queues.subagent(r) for r in roles))
+            delete_run_queues(rabbitmq_url, queues, models=("ma", "mb"), subagents=roles)
     return rows, weights, roles_seen
 
 
@@ -268,6 +266,5 @@ def test_a_round_with_no_worker_for_a_role_fails_saying_which(tiny_model, tmp_pa
         finally:
             bus.close()
             store.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in ("ma", "mb")),
-                          *(queues.subagent(r) for r in ("tool", "plan")))
+            delete_run_queues(rabbitmq_url, queues, models=("ma", "mb"),
+                              subagents=("tool", "plan"))
