@@ -15,7 +15,6 @@ here).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgrpo.training.config import RunConfig
@@ -32,6 +31,7 @@ from mgrpo.training.round_store import (  # noqa: F401 - re-exported
     staleness_metrics,
 )
 from mgrpo.training.rounds import collect, sample_questions
+from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.run_state import (  # noqa: F401 - re-exported
     STATE_FILE,
     clean_uncommitted,
@@ -51,16 +51,6 @@ from mgrpo.training.stages import (  # noqa: F401 - re-exported
 )
 from mgrpo.training.system import System, build_system
 from mgrpo.training.tree_round import run_at_grpo_round
-from mgrpo.training.watch import RunWatch
-
-
-@dataclass
-class RunResult:
-    out_dir: Path
-    before: dict[str, float] = field(default_factory=dict)
-    after: dict[str, float] = field(default_factory=dict)
-    rounds: int = 0
-    wall_s: float = 0.0
 
 
 def run_round(system: System, store, run_id: str, round_index: int, pool: list) -> dict:
@@ -90,52 +80,56 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
         return cfg.flow.train(cfg, resume, progress, stop_after, log_every)
 
 
+class HierarchyPlan(RoundPlan):
+    """The ``hierarchy`` workflow's rounds: a planner and its sub-agents on the benchmark,
+    played as episodes (``run_round``) or as AT-GRPO trees (``run_at_grpo_round``), one pool
+    of questions per stage; held-out accuracy sampled and greedy before and after, greedy
+    every ``eval_every`` rounds."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.system = build_system(cfg)
+        self.pools: dict[int, list] = {}
+        self.test: list = []
+
+    def prepare(self, done: int) -> None:
+        cfg = self.cfg
+        if done == 0:  # new weights: a stored filter pool of an earlier start is not this run's
+            clear_pools(cfg, cfg.name)
+        self.test = self.system.bench.questions("test", stage=cfg.eval_stage)[
+            : cfg.eval_questions]
+
+    def evaluate_before(self, logger: MetricsLogger) -> dict[str, float]:
+        return evaluate_both(self.system, self.test, logger, "before", step=0)
+
+    def evaluate_after(self, logger: MetricsLogger, step: int) -> dict[str, float]:
+        return evaluate_both(self.system, self.test, logger, "after", step=step)
+
+    def play_round(self, store, stage_index: int, round_index: int) -> dict[str, float]:
+        if stage_index not in self.pools:
+            self.pools[stage_index] = stage_pool(self.system, stage_index, self.cfg.name)
+        # tree sampling, groups (query, agent, turn); else episodes
+        round_fn = run_at_grpo_round if self.cfg.algo.tree else run_round
+        return round_fn(self.system, store, self.cfg.name, round_index, self.pools[stage_index])
+
+    def after_round(self, logger: MetricsLogger, round_index: int, total: int) -> None:
+        # Greedy held-out accuracy every eval_every rounds; the last round's comes from the
+        # final evaluation (sampled and greedy), not twice.
+        if self.cfg.eval_every and (round_index + 1) % self.cfg.eval_every == 0 \
+                and round_index + 1 < total:
+            logger.log_eval(round_index + 1, evaluate(self.system, self.test, greedy=True),
+                            f"after round {round_index + 1}/{total}")
+
+    def run_pipelined(self, store, logger: MetricsLogger, schedule: list, done: int,
+                      stop_after: int | None, result: RunResult) -> bool:
+        cfg = self.cfg
+        if not any(cfg.staleness(m) > 0 for m in cfg.trained_models()):  # synchronous
+            return False
+        run_async(self.system, store, logger, schedule, done, stop_after, result, self.test)
+        return True
+
+
 def run_hierarchy(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
                   log_every: int) -> RunResult:
     """The ``hierarchy`` workflow's run: a planner and its sub-agents on the benchmark."""
-    from mgrpo.store import Store
-
-    started = time.perf_counter()
-    schedule = stage_schedule(cfg)
-    logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
-                           run_name=cfg.name, config=cfg.model_dump(mode="json"),
-                           log_every=log_every, total_rounds=len(schedule),
-                           watch=RunWatch(dict(cfg.agents), cfg.trained_models()))
-    system = build_system(cfg)
-    store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
-    store.upgrade()
-    store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
-    done = start_weights(system, resume)
-    if done == 0:  # new weights: a stored filter pool of an earlier start is not this run's
-        clear_pools(cfg, cfg.name)
-    result = RunResult(out_dir=Path(cfg.out_dir))
-    test = system.bench.questions("test", stage=cfg.eval_stage)[: cfg.eval_questions]
-    if done == 0:
-        result.before = evaluate_both(system, test, logger, "before", step=0)
-    if any(cfg.staleness(m) > 0 for m in cfg.trained_models()):  # cfg.algo.asynchronous
-        run_async(system, store, logger, schedule, done, stop_after, result, test)
-        result.wall_s = time.perf_counter() - started
-        logger.close()
-        return result
-    pools: dict[int, list] = {}
-    for stage_index, round_index in logger.progress(schedule[done:], desc="rounds"):
-        if stop_after is not None and round_index >= stop_after:
-            break
-        if stage_index not in pools:
-            pools[stage_index] = stage_pool(system, stage_index, cfg.name)
-        # tree sampling, groups (query, agent, turn); else episodes
-        round_fn = run_at_grpo_round if cfg.algo.tree else run_round
-        metrics = round_fn(system, store, cfg.name, round_index, pools[stage_index])
-        logger.log_round(round_index, metrics)
-        # Greedy held-out accuracy every eval_every rounds; the last round's comes from the
-        # final evaluation (sampled and greedy) below, not twice.
-        if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0 \
-                and round_index + 1 < len(schedule):
-            logger.log_eval(round_index + 1, evaluate(system, test, greedy=True),
-                            f"after round {round_index + 1}/{len(schedule)}")
-        result.rounds = round_index + 1
-    else:
-        result.after = evaluate_both(system, test, logger, "after", step=len(schedule))
-    result.wall_s = time.perf_counter() - started
-    logger.close()
-    return result
+    return run_rounds(cfg, resume, progress, stop_after, log_every, HierarchyPlan)

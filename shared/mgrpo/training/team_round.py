@@ -31,8 +31,10 @@ from typing import Any
 
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
+from mgrpo.training.metrics import MetricsLogger
 from mgrpo.training.round_store import publish_stats, round_id_of
 from mgrpo.training.rounds import sample_questions
+from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.system import LoadedModel, load_models
 from mgrpo.training.tree_round import train_tree_model, tree_seed
 from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
@@ -205,44 +207,37 @@ def write_task_scores(out_dir: Path, scores: dict[str, float]) -> None:
     Path(out_dir, "eval_after_questions.json").write_text(json.dumps({"greedy": scores}))
 
 
-def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
-                      log_every: int):
-    """The ``turn_team`` workflow's run (called by ``mgrpo.training.loop.run_training``)."""
-    from mgrpo.store import Store
-    from mgrpo.training.loop import RunResult
-    from mgrpo.training.metrics import MetricsLogger
-    from mgrpo.training.run_state import start_weights
-    from mgrpo.training.stages import stage_schedule
-    from mgrpo.training.watch import RunWatch
+class TeamPlan(RoundPlan):
+    """The ``turn_team`` workflow's rounds: :func:`run_team_round` on the world's training
+    tasks; the greedy team on its test tasks before and after."""
 
-    started = time.perf_counter()
-    schedule = stage_schedule(cfg)
-    logger = MetricsLogger(Path(cfg.out_dir), enabled=progress, report_to=cfg.report_to,
-                           run_name=cfg.name, config=cfg.model_dump(mode="json"),
-                           log_every=log_every, total_rounds=len(schedule),
-                           watch=RunWatch(dict(cfg.agents), cfg.trained_models()))
-    system = build_team_system(cfg)
-    store = Store(f"sqlite:///{Path(cfg.out_dir).resolve() / 'store.db'}")
-    store.upgrade()
-    store.create_run(cfg.name, cfg.name, cfg.model_dump(mode="json"))
-    done = start_weights(system, resume)
-    pool = system.world.tasks("train", cfg.workflow.train_tasks, cfg.seed)
-    test = system.world.tasks("test", cfg.eval_questions, cfg.seed)
-    result = RunResult(out_dir=Path(cfg.out_dir))
-    if done == 0:
-        result.before = evaluate_team(system, test)
-        logger.log_eval(0, result.before, "before")
-    for _, round_index in logger.progress(schedule[done:], desc="rounds"):
-        if stop_after is not None and round_index >= stop_after:
-            break
-        logger.log_round(round_index, run_team_round(system, store, cfg.name, round_index,
-                                                     pool))
-        result.rounds = round_index + 1
-    else:
-        result.after, scores = evaluate_team_tasks(system, test)
-        write_task_scores(Path(cfg.out_dir), scores)
-        logger.log_eval(len(schedule), result.after, "after")
-    result.wall_s = time.perf_counter() - started
-    logger.close()
-    store.close()
-    return result
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.system = build_team_system(cfg)
+        self.pool: list = []
+        self.test: list = []
+
+    def prepare(self, done: int) -> None:
+        cfg, world = self.cfg, self.system.world
+        self.pool = world.tasks("train", cfg.workflow.train_tasks, cfg.seed)
+        self.test = world.tasks("test", cfg.eval_questions, cfg.seed)
+
+    def evaluate_before(self, logger: MetricsLogger) -> dict[str, float]:
+        metrics = evaluate_team(self.system, self.test)
+        logger.log_eval(0, metrics, "before")
+        return metrics
+
+    def evaluate_after(self, logger: MetricsLogger, step: int) -> dict[str, float]:
+        metrics, scores = evaluate_team_tasks(self.system, self.test)
+        write_task_scores(Path(self.cfg.out_dir), scores)
+        logger.log_eval(step, metrics, "after")
+        return metrics
+
+    def play_round(self, store, stage_index: int, round_index: int) -> dict[str, float]:
+        return run_team_round(self.system, store, self.cfg.name, round_index, self.pool)
+
+
+def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
+                      log_every: int) -> RunResult:
+    """The ``turn_team`` workflow's run (called by ``mgrpo.training.loop.run_training``)."""
+    return run_rounds(cfg, resume, progress, stop_after, log_every, TeamPlan)
