@@ -58,7 +58,7 @@ def run_round(system: System, store, run_id: str, round_index: int, pool: list) 
     :func:`finish_round`."""
     cfg = system.cfg
     questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
-    open_round(store, cfg, run_id, round_index, questions)
+    open_round(store, cfg, run_id, round_index, [q.id for q in questions])
     t0 = time.perf_counter()
     episodes = collect(system, round_id_of(run_id, round_index), questions, cfg.k, cfg.seed)
     return finish_round(system, store, run_id, round_index, questions, episodes,

@@ -180,7 +180,7 @@ def run_pipelined(system, store, run_id: str, rounds: list[tuple[int, int]],
                 raise item
             if item.round_index != round_index:  # rounds arrive in order: a bug otherwise
                 raise RuntimeError(f"sampled round {item.round_index}, expected {round_index}")
-            open_round(store, cfg, run_id, round_index, item.questions)
+            open_round(store, cfg, run_id, round_index, [q.id for q in item.questions])
             metrics = finish_round(system, store, run_id, round_index, item.questions,
                                    item.episodes, item.rollout_s, admission=admission)
             published.publish(system, round_index + 1)

@@ -24,11 +24,13 @@ def round_id_of(run_id: str, round_index: int) -> str:
     return f"{run_id}-r{round_index:04d}"
 
 
-def open_round(store, cfg: RunConfig, run_id: str, round_index: int, questions: list) -> None:
-    """Record the round and mark it ``running`` (stamps its start, as the services do): the
-    dashboard shows a round in progress as running, not pending."""
+def open_round(store, cfg: RunConfig, run_id: str, round_index: int,
+               query_ids: list[str]) -> None:
+    """Record the round of ``query_ids`` (its questions' or tasks' ids) and mark it
+    ``running`` (stamps its start, as the services do): the dashboard shows a round in
+    progress as running, not pending."""
     round_id = round_id_of(run_id, round_index)
-    if not store.create_round(run_id, round_id, round_index, [q.id for q in questions], cfg.k,
+    if not store.create_round(run_id, round_id, round_index, query_ids, cfg.k,
                               cfg.model_dump(mode="json"), running=True):
         store.set_round_status(round_id, "running")  # it existed (a resumed round)
 

@@ -32,11 +32,11 @@ from typing import Any
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
 from mgrpo.training.metrics import MetricsLogger
-from mgrpo.training.round_store import publish_stats, round_id_of
+from mgrpo.training.round_store import open_round, round_id_of
 from mgrpo.training.rounds import sample_questions
 from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.system import LoadedModel, load_models
-from mgrpo.training.tree_round import train_tree_model, tree_seed
+from mgrpo.training.tree_round import train_tree_models, tree_seed
 from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
 
 
@@ -123,22 +123,15 @@ def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
     cfg = system.cfg
     round_id = round_id_of(run_id, round_index)
     tasks = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
-    if not store.create_round(run_id, round_id, round_index, [t.task_id for t in tasks],
-                              cfg.k, cfg.model_dump(mode="json"), running=True):
-        store.set_round_status(round_id, "running")  # it existed (a resumed round)
+    open_round(store, cfg, run_id, round_index, [t.task_id for t in tasks])
     t0 = time.perf_counter()
     episodes = system.sampler().run(round_id, tasks, tree_seed(cfg, round_index))
     t1 = time.perf_counter()
     ingest_team(store, round_id, episodes, cfg.k)
     t2 = time.perf_counter()
     store.set_round_status(round_id, "training")
-    metrics: dict[str, float] = {}
-    for lm in system.models.values():
-        roles = [r for r, m in system.cfg.flow.roles(cfg).items() if m == lm.name]
-        model_metrics, stats = train_tree_model(
-            lm, roles, store.round_trajectories(round_id, lm.name), cfg, round_index)
-        publish_stats(store, round_id, lm.name, stats)
-        metrics.update(model_metrics)
+    metrics = train_tree_models(system.models, cfg.flow.roles(cfg), store, round_id, cfg,
+                                round_index)
     t3 = time.perf_counter()
     save_state(system, round_index)
     generated = sum(ep.generated_tokens for ep in episodes)

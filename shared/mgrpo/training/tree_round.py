@@ -1,8 +1,9 @@
 """AT-GRPO's round around the tree sampler (``mgrpo.training.tree``), shared by both modes:
 :func:`at_grpo_samples` (advantages within each (query, agent, turn) group of K candidates),
 :func:`train_tree_model` (one model's share: samples, group statistics, metrics, update;
-what embedded mode's round and the services' trainer both call), :func:`ingest_trees` and
-the embedded round :func:`run_at_grpo_round`.
+what embedded mode's round and the services' trainer both call), :func:`train_tree_models`
+(every model's share in this process: the embedded hierarchy's and turn team's rounds),
+:func:`ingest_trees` and the embedded round :func:`run_at_grpo_round`.
 
 What this module does not do: sample (``mgrpo.training.tree``) or play trees over the bus
 (``mgrpo.services.tree_calls``).
@@ -107,6 +108,21 @@ def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
             store.complete_rollout(round_id, qid, k, attempt)
 
 
+def train_tree_models(models: dict, roles: dict[str, str], store, round_id: str,
+                      cfg: RunConfig, round_index: int) -> dict[str, float]:
+    """Every model's share of a tree round, in this process: :func:`train_tree_model` on its
+    roles' candidates (``roles``: role -> model), read back from the store, and its group
+    statistics published. The models' metrics, merged."""
+    metrics: dict[str, float] = {}
+    for lm in models.values():
+        own = [r for r, m in roles.items() if m == lm.name]
+        model_metrics, stats = train_tree_model(
+            lm, own, store.round_trajectories(round_id, lm.name), cfg, round_index)
+        publish_stats(store, round_id, lm.name, stats)
+        metrics.update(model_metrics)
+    return metrics
+
+
 def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) -> dict:
     """One AT-GRPO round (the ``at_grpo`` branch of ``mgrpo.training.loop``): trees ->
     store -> each model's trainer reads its candidates back, publishes its group statistics
@@ -119,7 +135,7 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     cfg = system.cfg
     round_id = round_id_of(run_id, round_index)
     questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
-    open_round(store, cfg, run_id, round_index, questions)
+    open_round(store, cfg, run_id, round_index, [q.id for q in questions])
     t0 = time.perf_counter()
     trees = TreeSampler(system.runtimes, system.cards(), cfg, system.judge).run(
         round_id, questions, tree_seed(cfg, round_index))
@@ -129,13 +145,7 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     verifier_errors = getattr(system.verifier, "errors", 0) - errors_before
     t2 = time.perf_counter()
     store.set_round_status(round_id, "training")
-    metrics: dict[str, float] = {}
-    for lm in system.models.values():
-        roles = [r for r, m in cfg.agents.items() if m == lm.name]
-        model_metrics, stats = train_tree_model(
-            lm, roles, store.round_trajectories(round_id, lm.name), cfg, round_index)
-        publish_stats(store, round_id, lm.name, stats)
-        metrics.update(model_metrics)
+    metrics = train_tree_models(system.models, cfg.agents, store, round_id, cfg, round_index)
     t3 = time.perf_counter()
     save_state(system, round_index)
     n = max(len(trees), 1)

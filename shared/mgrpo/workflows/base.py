@@ -90,7 +90,7 @@ class Workflow:
     def train(self, cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
               log_every: int):
         """Train a run of this workflow in this process; returns a
-        :class:`mgrpo.training.loop.RunResult`. Called by ``run_training``, which holds the
+        :class:`mgrpo.training.run_rounds.RunResult`. Called by ``run_training``, which holds the
         run folder."""
         raise NotImplementedError
 

@@ -215,7 +215,8 @@ def test_embedded_round_in_progress_shows_running(embedded_run, tmp_path):
     store.upgrade()
     store.create_run("dash", "dash", cfg.model_dump(mode="json"))
     questions = load_benchmark(cfg.bench_dir).questions("train", stage=1)[:2]
-    open_round(store, cfg, "dash", 0, questions)  # what run_round does before sampling
+    # what run_round does before sampling
+    open_round(store, cfg, "dash", 0, [q.id for q in questions])
     with running_server(ui_app(run_dir)) as url:
         (live,) = httpx.get(f"{url}/v1/runs/dash/rounds", timeout=30).json()
     assert live["status"] == "running"
