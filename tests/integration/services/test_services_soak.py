@@ -1,7 +1,7 @@
 """A small soak: several rounds through the services while the (PRIVATE) PostgreSQL restarts
 at a random point of each round, against an undisturbed run of the same config. Every round
 ends ``done`` with exact counts (each rollout completed once, one planner trajectory per
-rollout), every model at the same version, and the final weights (the planner's moved from
+rollout), every model at the same version, and the final weights (every model's moved from
 the start) equal the undisturbed run's bit for bit (a retried episode replays its draws; a
 retried update starts from the recorded weights and optimizer state).
 
@@ -53,10 +53,11 @@ def _play(url: str, root, cfg_path, postgres=None, seed: int = 0) -> dict:
     """ROUNDS rounds; with ``postgres``, a restart at a random point of each. Returns the
     final weights per model."""
     rng = random.Random(seed)
-    # the planner's answer malformed on odd seeds: its rewards differ within a group and its
-    # weights move (the plain scripted policy's never do, and equal weights would say nothing)
+    # the planner's answer and a sub-agent's return malformed on odd seeds: rewards differ
+    # within a group and every model's weights move (the plain scripted policy's never do,
+    # and equal weights would say nothing)
     settings = embedded_settings(root, cfg_path, database_url=url,
-                                 engine="services_testkit:varied_engine")
+                                 engine="services_testkit:varied_team_engine")
     mid_round: list[str] = []  # the restarts that hit an unfinished round (and its phase)
     with in_process_services(settings) as svc:
         for _ in range(ROUNDS):
@@ -105,8 +106,9 @@ def test_rounds_through_database_restarts_end_like_an_undisturbed_run(private_po
     with temporary_database(private_postgres.url) as url:
         stormy = _play(url, tmp_path / "stormy", cfg_path, postgres=private_postgres, seed=28)
     start = load_file(tiny / "model.safetensors")
-    assert any(not torch.equal(calm["planner"][key], start[key])
-               for key in calm["planner"].keys() & start.keys()), "the planner did not train"
+    moved = {model: any(not torch.equal(calm[model][key], start[key])
+                        for key in calm[model].keys() & start.keys()) for model in MODELS}
+    assert all(moved.values()), f"weights moved from the start: {moved}"
     for model in MODELS:
         assert calm[model].keys() == stormy[model].keys()
         for key in calm[model]:

@@ -103,6 +103,28 @@ def varied_engine(path: str, device: str):
     return None, tokenizer, VariedPolicy(tokenizer)
 
 
+class VariedTeamPolicy(VariedPolicy):
+    """:class:`VariedPolicy`, and a sub-agent's last turn is malformed (no ``<return>``) when
+    its seed is odd: that invocation fails its format (R_S = 0) while its group's others score
+    b1 or more, so trained sub-agents move too (with the rule judge alone the scripted
+    sub-agents' invocations of a query score alike: advantages 0)."""
+
+    @staticmethod
+    def turn(text: str, seed: int) -> str:
+        out = VariedPolicy.turn(text, seed)
+        if "<|planner|>" not in text and out.startswith("<return>") and seed % 2:
+            return "done, I think"
+        return out
+
+
+def varied_team_engine(path: str, device: str):
+    """``MGRPO_ENGINE=services_testkit:varied_team_engine``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return None, tokenizer, VariedTeamPolicy(tokenizer)
+
+
 PLANNER_GATE = threading.Event()  # cleared: the planner's turns wait (a slow model)
 PLANNER_GATE.set()
 PLANNER_BATCHES: list[int] = []  # rows of each planner generate call
