@@ -7,9 +7,10 @@ updates. State needed to resume (last complete round, weights, optimizer moments
 checkpointed atomically after each round; every random choice is a pure function of
 (seed, round), so a resumed run repeats what the uninterrupted run would have done.
 
-A run's folders, state file, resume and fresh start: :mod:`mgrpo.training.run_state`; its
-stages and their difficulty-filtered pools: :mod:`mgrpo.training.stages` (both re-exported
-here).
+The ``hierarchy`` workflow's run is :class:`HierarchyPlan` played by the round loop every
+workflow shares (:func:`mgrpo.training.run_rounds.run_rounds`). A run's folders, state file,
+resume and fresh start: :mod:`mgrpo.training.run_state`; its stages and their
+difficulty-filtered pools: :mod:`mgrpo.training.stages` (both re-exported here).
 """
 
 from __future__ import annotations
@@ -121,12 +122,12 @@ class HierarchyPlan(RoundPlan):
                             f"after round {round_index + 1}/{total}")
 
     def run_pipelined(self, store, logger: MetricsLogger, schedule: list, done: int,
-                      stop_after: int | None, result: RunResult) -> bool:
+                      stop_after: int | None, result: RunResult) -> bool | None:
         cfg = self.cfg
         if not any(cfg.staleness(m) > 0 for m in cfg.trained_models()):  # synchronous
-            return False
-        run_async(self.system, store, logger, schedule, done, stop_after, result, self.test)
-        return True
+            return None
+        return run_async(self.system, store, logger, schedule, done, stop_after, result,
+                         self.after_round)
 
 
 def run_hierarchy(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,

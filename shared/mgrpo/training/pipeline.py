@@ -31,12 +31,13 @@ import copy
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from mgrpo.algo.staleness import Admission
-from mgrpo.training.evaluate import evaluate, evaluate_both
 from mgrpo.training.round_store import finish_round, open_round, round_id_of
 from mgrpo.training.rounds import collect, sample_questions
 from mgrpo.training.run_state import sync_sampler
@@ -194,22 +195,20 @@ def run_pipelined(system, store, run_id: str, rounds: list[tuple[int, int]],
 
 
 def run_async(system, store, logger, schedule: list, done: int, stop_after: int | None,
-              result, test: list) -> None:
-    """``run_training``'s rounds in the asynchronous mode (``mgrpo.training.pipeline``)."""
-    cfg = system.cfg
+              result, after_round: Callable[[Any, int, int], None]) -> bool:
+    """The remaining rounds of ``schedule`` in the asynchronous mode, for
+    :func:`mgrpo.training.run_rounds.run_rounds`: each round logged, then
+    ``after_round(logger, round_index, len(schedule))``. True when every round ran (none
+    held back by ``stop_after``)."""
     todo = [(s, r) for s, r in schedule[done:] if stop_after is None or r < stop_after]
     ticks = logger.progress(todo, desc="rounds")
     next(ticks, None)
 
     def on_round(round_index: int, metrics: dict) -> None:
         logger.log_round(round_index, metrics)
-        if cfg.eval_every and (round_index + 1) % cfg.eval_every == 0 \
-                and round_index + 1 < len(schedule):  # as run_training: the last from below
-            logger.log_eval(round_index + 1, evaluate(system, test, greedy=True),
-                            f"after round {round_index + 1}/{len(schedule)}")
+        after_round(logger, round_index, len(schedule))
         result.rounds = round_index + 1
         next(ticks, None)
 
-    run_pipelined(system, store, cfg.name, todo, on_round=on_round)
-    if len(todo) == len(schedule) - done:
-        result.after = evaluate_both(system, test, logger, "after", step=len(schedule))
+    run_pipelined(system, store, system.cfg.name, todo, on_round=on_round)
+    return len(todo) == len(schedule) - done

@@ -61,10 +61,11 @@ class RoundPlan:
         """After round ``round_index`` of ``total`` is logged (a periodic evaluation)."""
 
     def run_pipelined(self, store: Store, logger: MetricsLogger, schedule: list, done: int,
-                      stop_after: int | None, result: RunResult) -> bool:
+                      stop_after: int | None, result: RunResult) -> bool | None:
         """Play the remaining rounds some other way than one by one (the asynchronous
-        pipeline); False (the default) leaves them to :func:`run_rounds`."""
-        return False
+        pipeline), logging each and calling :meth:`after_round`, and say whether every round
+        ran. None (the default) leaves them to :func:`run_rounds`."""
+        return None
 
 
 def run_rounds(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
@@ -86,15 +87,18 @@ def run_rounds(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | N
     result = RunResult(out_dir=Path(cfg.out_dir))
     if done == 0:
         result.before = plan.evaluate_before(logger)
-    if not plan.run_pipelined(store, logger, schedule, done, stop_after, result):
+    finished = plan.run_pipelined(store, logger, schedule, done, stop_after, result)
+    if finished is None:
+        finished = True
         for stage_index, round_index in logger.progress(schedule[done:], desc="rounds"):
             if stop_after is not None and round_index >= stop_after:
+                finished = False
                 break
             logger.log_round(round_index, plan.play_round(store, stage_index, round_index))
             plan.after_round(logger, round_index, len(schedule))
             result.rounds = round_index + 1
-        else:
-            result.after = plan.evaluate_after(logger, len(schedule))
+    if finished:
+        result.after = plan.evaluate_after(logger, len(schedule))
     result.wall_s = time.perf_counter() - started
     logger.close()
     store.close()
