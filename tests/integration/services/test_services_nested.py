@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from parity_kit import assert_rounds_equal, load_bench_round
-from queues_cleanup import delete_queues
+from queues_cleanup import delete_queues, delete_run_queues
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.config import Settings
@@ -187,9 +187,8 @@ def distributed(cfg: RunConfig, postgres_url, rabbitmq_url, prefix: str, workdir
                 trainer.stop()
             bus.close()
             store.close()
-            delete_queues(rabbitmq_url, queues.episodes, queues.dead_letter,
-                          *(queues.trainer(m) for m in MODELS),
-                          *(queues.subagent(r) for r in ("researcher", "searcher")))
+            delete_run_queues(rabbitmq_url, queues, models=MODELS,
+                              subagents=("researcher", "searcher"))
     return data, rows
 
 
