@@ -175,7 +175,7 @@ def update_row(model, device: str, samples: list, micro_batch: int, checkpointin
                shard: bool) -> dict:
     from mgrpo.training.config import LossConfig, ModelConfig
     from mgrpo.training.precision import make_optimizer, prepare_for_training
-    from mgrpo.training.update import policy_update
+    from mgrpo.training.update import UpdateSpec, policy_update
 
     mcfg = ModelConfig(path="random", lr=1e-6, micro_batch_size=micro_batch,
                        dtype="bfloat16", gradient_checkpointing=checkpointing)
@@ -188,7 +188,7 @@ def update_row(model, device: str, samples: list, micro_batch: int, checkpointin
     _reset_peak(device)
 
     def step():
-        policy_update(model, optimizer, samples, mcfg, LossConfig(), pad_id=0,
+        policy_update(model, optimizer, samples, UpdateSpec(mcfg, LossConfig(), pad_id=0),
                       generator=torch.Generator().manual_seed(0))
 
     step()  # warm-up (allocator, Adam state)

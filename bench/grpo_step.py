@@ -8,7 +8,7 @@ in one process so the machine's load drifts over both alike:
 - ``ours``: the defaults (sort-free sampling, the static KV cache, pi_old from the first
   mini-batch's forward);
 - ``before``: the code before issue 15 item 3 (``TorchEngine(sort_free=False,
-  static_cache=False)`` and ``policy_update(reuse_first_pass=False)``: a vocabulary sort per
+  static_cache=False)`` and ``UpdateSpec(reuse_first_pass=False)``: a vocabulary sort per
   token, transformers' forward on a ``DynamicCache``, and a separate no-grad pi_old pass).
 
 - ``trl``: TRL's ``GRPOTrainer`` (``bench/trl_step.py``, run by ``--trl-python``, a venv

@@ -35,7 +35,7 @@ def main() -> None:
     from mgrpo.training.config import LossConfig, ModelConfig
     from mgrpo.training.reference import load_reference
     from mgrpo.training.scoring import Sample
-    from mgrpo.training.update import policy_update
+    from mgrpo.training.update import UpdateSpec, policy_update
     from mgrpo.types import Trajectory
 
     torch.manual_seed(0)
@@ -54,7 +54,7 @@ def main() -> None:
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            policy_update(model, optimizer, samples, mcfg, loss, pad_id=tok.pad_token_id,
+            policy_update(model, optimizer, samples, UpdateSpec(mcfg, loss, tok.pad_token_id),
                           ref_model=ref)
             times.append(time.perf_counter() - start)
         return min(times)

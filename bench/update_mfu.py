@@ -183,7 +183,7 @@ def profile_kinds(prof, top: int = 15) -> dict:
 def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> dict:
     """One dtype: the matmul peak, warm-up update, timed update, peak again, profile."""
     from mgrpo.training.config import LossConfig, ModelConfig
-    from mgrpo.training.update import policy_update
+    from mgrpo.training.update import UpdateSpec, policy_update
 
     dtype = DTYPES[dtype_name]
     peak_before = matmul_peak(dtype, args.peak_n, args.peak_repeats, args.device)
@@ -193,7 +193,7 @@ def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> dict:
                        dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
 
     def update() -> None:
-        policy_update(model, optimizer, samples, mcfg, LossConfig(), pad_id=0,
+        policy_update(model, optimizer, samples, UpdateSpec(mcfg, LossConfig(), pad_id=0),
                       generator=torch.Generator().manual_seed(0))
 
     warmup = timed(update, args.device)

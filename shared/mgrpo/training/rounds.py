@@ -35,7 +35,7 @@ from mgrpo.training.scoring import (
     subagent_rewards,
     subagent_samples,
 )
-from mgrpo.training.update import policy_update, qualify
+from mgrpo.training.update import UpdateSpec, policy_update, qualify
 from mgrpo.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -177,12 +177,9 @@ def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
     mcfg = cfg.models[lm.name]
     generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
     sharded = parallel.world > 1 and is_sharded(lm.model)  # FSDP2: the reference is sharded too
-    update = policy_update(lm.model if model is None else model, lm.optimizer, samples, mcfg,
-                           cfg.loss, pad_id=lm.tokenizer.pad_token_id, generator=generator,
-                           norm_length=cfg.loss_norm_length(),
-                           ref_model=reference_for(lm, mcfg, cfg.loss, run_id=cfg.name,
-                                                   sharded=sharded)
-                           if cfg.loss.kl_in_loss() else None,
-                           temperature=cfg.sampling.temperature, parallel=parallel,
-                           total_steps=cfg.optimizer_steps(lm.name))
+    ref_model = reference_for(lm, mcfg, cfg.loss, run_id=cfg.name, sharded=sharded) \
+        if cfg.loss.kl_in_loss() else None
+    update = policy_update(lm.model if model is None else model, lm.optimizer, samples,
+                           UpdateSpec.for_run(cfg, lm.name, lm.tokenizer.pad_token_id),
+                           ref_model=ref_model, generator=generator, parallel=parallel)
     return qualify(update, lm.name)

@@ -29,7 +29,7 @@ from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.scoring import Sample
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 from mgrpo.types import Trajectory
 
 RewardFn = Callable[[list[int], Completion], float]
@@ -60,7 +60,7 @@ def grpo_step(model: torch.nn.Module, tokenizer, optimizer: torch.optim.Optimize
     :class:`TorchEngine` on ``model``. ``stop_at_eos=False`` makes every completion exactly
     ``max_new_tokens`` long (fixed-length benchmarks). ``model_cfg``: mini-batches,
     micro-batch size, grad clip (its ``path`` is not read; default one mini-batch of 16).
-    ``reuse_first_pass``: see :func:`policy_update` (False = a separate pi_old pass).
+    ``reuse_first_pass``: see :class:`UpdateSpec` (False = a separate pi_old pass).
     """
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
@@ -101,12 +101,12 @@ def grpo_step(model: torch.nn.Module, tokenizer, optimizer: torch.optim.Optimize
         samples.append(Sample(traj, advantage=float(adv.advantages[i]),
                               reward=float(rewards[i])))
     start = time.perf_counter()
-    metrics = policy_update(
-        model, optimizer, samples, model_cfg, loss_cfg,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None
-        else tokenizer.eos_token_id,
-        ref_model=ref_model, generator=torch.Generator().manual_seed(seed),
-        norm_length=max_new_tokens, temperature=temperature, reuse_first_pass=reuse_first_pass)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+        else tokenizer.eos_token_id
+    spec = UpdateSpec(model_cfg, loss_cfg, pad_id, temperature=temperature,
+                      norm_length=max_new_tokens, reuse_first_pass=reuse_first_pass)
+    metrics = policy_update(model, optimizer, samples, spec, ref_model=ref_model,
+                            generator=torch.Generator().manual_seed(seed))
     metrics.update({"reward_mean": float(rewards.mean()), "gen_s": gen_s,
                     "update_s": time.perf_counter() - start})
     return StepResult(metrics, completions, rewards.tolist(), adv.advantages.tolist())

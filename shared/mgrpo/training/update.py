@@ -25,8 +25,10 @@ rank makes the same number of backward passes (the collectives must match): a ra
 micro-batches adds a zero-weighted one. The no-grad passes (pi_old, the reference) are split
 over the ranks the same way, then summed (:func:`no_grad_logprobs`); the reference itself is
 sharded like the policy (an FSDP2 module under FSDP2: :mod:`mgrpo.training.reference`).
-The steps, in order: :func:`_no_grad_passes` (pi_old, the reference), per mini-batch
-:func:`_optimizer_step` over :func:`_micro_batch_loss`, then :func:`_rollout_report`.
+:class:`UpdateSpec` holds the settings (built once per run: :meth:`UpdateSpec.for_run`). The
+steps, in order: :func:`_no_grad_passes` (pi_old, the reference), :func:`_train_epochs`: per
+mini-batch :func:`_optimizer_step` over :func:`_micro_batch_loss`, then
+:func:`_rollout_report`.
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
@@ -41,7 +43,7 @@ from mgrpo.algo import policy_loss
 from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights, rollout_mismatch
 from mgrpo.models.logprobs import token_logprobs
 from mgrpo.parallel.sharding import SINGLE, DataParallel
-from mgrpo.training.config import LossConfig, ModelConfig
+from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.precision import autocast_for, set_step_lr
 from mgrpo.training.scoring import Sample
 from mgrpo.training.update_metrics import UpdateTotals
@@ -168,54 +170,76 @@ def _forward(model, batch: dict, sel: torch.Tensor, trim: bool, temperature: flo
     return logp, entropy
 
 
-def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  samples: list[Sample], model_cfg: ModelConfig, loss_cfg: LossConfig,
-                  pad_id: int, ref_model: torch.nn.Module | None = None,
-                  recompute_old: bool = True, generator: torch.Generator | None = None,
-                  norm_length: int | None = None, temperature: float = 1.0,
-                  reuse_first_pass: bool = True, parallel: DataParallel = SINGLE,
-                  total_steps: int | None = None) -> dict[str, float]:
-    """Train ``model`` on ``samples`` for ``model_cfg.ppo_epochs`` epochs (each reshuffled
-    into ``mini_batches`` optimizer steps, all against one pi_old); returns the metrics
-    (model-level keys bare, per-agent rollout keys as ``agent/...``: see :func:`qualify`).
+@dataclass(frozen=True)
+class UpdateSpec:
+    """How one model's policy update trains, fixed for the run: built once from the run
+    config by :meth:`for_run` (a benchmark or :func:`mgrpo.training.step.grpo_step` builds its
+    own).
+
+    ``pad_id``: the tokenizer's pad token (right padding to the batch's width).
+    ``temperature``: the sampling temperature; logprobs are of ``softmax(logits / T)``.
     ``norm_length``: Dr. GRPO's constant L (``RunConfig.loss_norm_length()``); needed by
     ``seq-mean-token-sum-norm``, which would otherwise divide by the padded width.
     ``total_steps``: the run's optimizer steps, the span of a linear or cosine learning-rate
     schedule (``RunConfig.optimizer_steps``); each step's rate comes from the optimizer's
     own step count (:func:`mgrpo.training.precision.set_step_lr`).
-    ``parallel``: this rank's place in a data-parallel update, ``model`` sharded by
-    :func:`mgrpo.parallel.sharding.shard` (the DDP wrapper under DDP).
+    ``recompute_old``: pi_old is the trainer's own logprobs (else the sampler's).
+    ``reuse_first_pass``: pi_old is the trainer's weights before its first step, so for the
+    first mini-batch it is that mini-batch's own forward pass, detached (as TRL does with one
+    iteration per generation): no separate no-grad pass over those rows. Only the rows of
+    later mini-batches are recomputed up front (none with ``mini_batches=1``). Same numbers
+    as ``reuse_first_pass=False`` up to float rounding (tested)."""
 
-    ``reuse_first_pass`` (default): pi_old is the trainer's weights before its first step, so
-    for the first mini-batch it is that mini-batch's own forward pass, detached (as TRL does
-    with one iteration per generation): no separate no-grad pass over those rows. Only the
-    rows of later mini-batches are recomputed up front (none with ``mini_batches=1``). Same
-    numbers as ``reuse_first_pass=False`` up to float rounding (tested)."""
-    _refuse_missing_inputs(loss_cfg, norm_length, ref_model)
+    model_cfg: ModelConfig
+    loss_cfg: LossConfig
+    pad_id: int
+    temperature: float = 1.0
+    norm_length: int | None = None
+    total_steps: int | None = None
+    recompute_old: bool = True
+    reuse_first_pass: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loss_cfg.agg == "seq-mean-token-sum-norm" and self.norm_length is None:
+            raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the "
+                             "constant generation budget L, RunConfig.loss_norm_length())")
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, model: str, pad_id: int) -> UpdateSpec:
+        """Model ``model``'s update in run ``cfg``: its model config, the run's loss, sampling
+        temperature, Dr. GRPO length and schedule span."""
+        return cls(cfg.models[model], cfg.loss, pad_id, temperature=cfg.sampling.temperature,
+                   norm_length=cfg.loss_norm_length(), total_steps=cfg.optimizer_steps(model))
+
+    def fuses_old(self, model: torch.nn.Module) -> bool:
+        """Whether the first mini-batch's training forward is its pi_old: only exact when
+        that train-mode forward is not random (no dropout)."""
+        return self.recompute_old and self.reuse_first_pass and not has_dropout(model)
+
+
+def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  samples: list[Sample], spec: UpdateSpec,
+                  ref_model: torch.nn.Module | None = None,
+                  generator: torch.Generator | None = None,
+                  parallel: DataParallel = SINGLE) -> dict[str, float]:
+    """Train ``model`` on ``samples`` for ``ppo_epochs`` epochs (each reshuffled by
+    ``generator`` into ``mini_batches`` optimizer steps, all against one pi_old) as ``spec``
+    says; returns the metrics (model-level keys bare, per-agent rollout keys as
+    ``agent/...``: see :func:`qualify`). ``ref_model``: the frozen reference, with the KL in
+    the loss. ``parallel``: this rank's place in a data-parallel update, ``model`` sharded by
+    :func:`mgrpo.parallel.sharding.shard` (the DDP wrapper under DDP)."""
+    if spec.loss_cfg.kl_in_loss() and ref_model is None:
+        raise ValueError(f"loss.kl_coef={spec.loss_cfg.kl_coef} needs the frozen reference "
+                         "model: pass ref_model (mgrpo.training.reference.reference_for)")
     if not samples:
         return {}
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in pad_samples(samples, pad_id).items()}
-    run = _Update(batch, batch["old_logprobs"], batch["attention_mask"].sum(dim=1).cpu(),
-                  model_cfg, loss_cfg, temperature, norm_length, recompute_old, parallel)
+    run = _Update.of(samples, spec, parallel, next(model.parameters()).device)
     order = torch.randperm(len(samples), generator=generator)
-    minis = _chunks(len(samples), model_cfg.mini_batches)
-    # The fused pi_old is a train-mode forward: only exact when that forward is not random.
-    fused = recompute_old and reuse_first_pass and not has_dropout(model)
+    minis = _chunks(len(samples), spec.model_cfg.mini_batches)
+    fused = spec.fuses_old(model)
     later = order[minis[0].stop:].sort().values if fused else torch.arange(len(samples))
     _no_grad_passes(model, ref_model, run, later)
-    model.train()
-    totals = UpdateTotals()
-    totals.epochs = model_cfg.ppo_epochs
-    for epoch in range(model_cfg.ppo_epochs):
-        if epoch:
-            order = torch.randperm(len(samples), generator=generator)
-        for number, mini in enumerate(minis):
-            first = fused and epoch == 0 and number == 0  # no step taken: these ARE pi_old
-            _optimizer_step(model, optimizer, run, order[mini], totals, first, total_steps)
-    if parallel.world > 1:
-        totals.all_reduce(parallel.world)
-    model.eval()
+    totals = _train_epochs(model, optimizer, run, order, minis, fused, generator)
     return {**totals.result(), **_rollout_report(samples, run)}
 
 
@@ -223,29 +247,43 @@ def policy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 class _Update:
     """What every step of one :func:`policy_update` reads: the padded batch on the model's
     device (its ``old_logprobs``: pi_old, filled in as it is computed), the sampler's own
-    logprobs, each row's length, the reference's logprobs (with the KL in the loss) and the
-    settings."""
+    logprobs, each row's length, the reference's logprobs (with the KL in the loss), the
+    spec and this rank's place."""
 
     batch: dict[str, torch.Tensor]
     rollout: torch.Tensor
     lengths: torch.Tensor
-    model_cfg: ModelConfig
-    loss_cfg: LossConfig
-    temperature: float
-    norm_length: int | None
-    recompute_old: bool
+    spec: UpdateSpec
     parallel: DataParallel
     ref: torch.Tensor | None = None
 
+    @classmethod
+    def of(cls, samples: list[Sample], spec: UpdateSpec, parallel: DataParallel,
+           device: torch.device) -> _Update:
+        batch = {k: v.to(device) for k, v in pad_samples(samples, spec.pad_id).items()}
+        return cls(batch, batch["old_logprobs"], batch["attention_mask"].sum(dim=1).cpu(),
+                   spec, parallel)
 
-def _refuse_missing_inputs(loss_cfg: LossConfig, norm_length: int | None,
-                           ref_model: torch.nn.Module | None) -> None:
-    if loss_cfg.agg == "seq-mean-token-sum-norm" and norm_length is None:
-        raise ValueError("loss.agg=seq-mean-token-sum-norm needs norm_length (the constant "
-                         "generation budget L, RunConfig.loss_norm_length())")
-    if loss_cfg.kl_in_loss() and ref_model is None:
-        raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} needs the frozen reference model: "
-                         "pass ref_model (mgrpo.training.reference.reference_for)")
+
+def _train_epochs(model, optimizer, run: _Update, order: torch.Tensor, minis: list[slice],
+                  fused: bool, generator: torch.Generator | None) -> UpdateTotals:
+    """Every epoch's optimizer steps in train mode (the first epoch in ``order``, each later
+    one reshuffled), then the metric totals summed over the ranks. ``fused``: the first
+    step's forwards are pi_old (no step taken before it)."""
+    epochs = run.spec.model_cfg.ppo_epochs
+    model.train()
+    totals = UpdateTotals()
+    totals.epochs = epochs
+    for epoch in range(epochs):
+        if epoch:
+            order = torch.randperm(len(order), generator=generator)
+        for number, mini in enumerate(minis):
+            fill_old = fused and epoch == 0 and number == 0
+            _optimizer_step(model, optimizer, run, order[mini], totals, fill_old)
+    if run.parallel.world > 1:
+        totals.all_reduce(run.parallel.world)
+    model.eval()
+    return totals
 
 
 def _no_grad_passes(model, ref_model, run: _Update, pi_old_rows: torch.Tensor) -> None:
@@ -253,27 +291,27 @@ def _no_grad_passes(model, ref_model, run: _Update, pi_old_rows: torch.Tensor) -
     sampler/trainer numeric drift; in eval mode, so dropout adds no noise to the ratio) and,
     with the KL in the loss, the reference's logprobs of every row; each rank computes its
     share of the rows, then every rank has all (:func:`no_grad_logprobs`)."""
-    batch, cfg = run.batch, run.model_cfg
-    with autocast_for(cfg, model):
-        if run.recompute_old:
+    batch, spec = run.batch, run.spec
+    with autocast_for(spec.model_cfg, model):
+        if spec.recompute_old:
             batch["old_logprobs"] = no_grad_logprobs(
-                model, batch, pi_old_rows, cfg, run.temperature, run.parallel
+                model, batch, pi_old_rows, spec.model_cfg, spec.temperature, run.parallel
             ) * batch["response_mask"]
-        if run.loss_cfg.kl_in_loss():
-            run.ref = no_grad_logprobs(ref_model, batch, torch.arange(len(run.rollout)), cfg,
-                                       run.temperature, run.parallel)
+        if spec.loss_cfg.kl_in_loss():
+            run.ref = no_grad_logprobs(ref_model, batch, torch.arange(len(run.rollout)),
+                                       spec.model_cfg, spec.temperature, run.parallel)
             if hasattr(ref_model, "reshard"):  # FSDP2 keeps the root's parameters gathered
                 ref_model.reshard()  # after a forward (for a backward): free them now
 
 
 def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: UpdateTotals,
-                    fill_old: bool, total_steps: int | None) -> None:
+                    fill_old: bool) -> None:
     """One optimizer step on the rows ``idx``: this rank's micro-batches, each loss weighted
     by its share of the mini-batch (token-mean: of its tokens; seq-mean modes: of its
     sequences) so the gradient summed over micro-batches and ranks is the mini-batch's; then
     gradient clip, the schedule's rate, step. ``fill_old``: these forwards are pi_old (the
     fused first pass), stored into the batch and then shared by the ranks."""
-    mask, cfg, parallel = run.batch["response_mask"], run.model_cfg, run.parallel
+    mask, cfg, parallel = run.batch["response_mask"], run.spec.model_cfg, run.parallel
     tokens, seqs = mask[idx].sum().clamp(min=1), len(idx)
     optimizer.zero_grad(set_to_none=True)
     micros = micro_batches(run.lengths[idx], cfg.micro_batch_size, cfg.micro_batch_tokens)
@@ -284,7 +322,8 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
         m = mask[sel]
         with parallel.accumulating(model, last=j == passes - 1):
             loss, metrics = _micro_batch_loss(model, run, sel, real, fill_old)
-            share = (m.sum() / tokens) if run.loss_cfg.agg == "token-mean" else len(sel) / seqs
+            share = (m.sum() / tokens) if run.spec.loss_cfg.agg == "token-mean" \
+                else len(sel) / seqs
             share = share if real else share * 0.0
             (loss * share).backward()
         totals.add_micro(metrics, share, m.sum() if real else 0.0)  # tensors: no host read
@@ -292,7 +331,7 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
         old = run.batch["old_logprobs"]  # need all of them
         old[idx] = parallel.sum(old[idx].contiguous())
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    set_step_lr(optimizer, cfg, total_steps)
+    set_step_lr(optimizer, cfg, run.spec.total_steps)
     optimizer.step()
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
@@ -302,39 +341,55 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
 def _micro_batch_loss(model, run: _Update, sel: torch.Tensor, real: bool, fill_old: bool
                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The policy loss of rows ``sel`` (unweighted) and its metrics: a forward under the
-    model's autocast, pi_old (stored first when ``fill_old``), the truncated rollout IS
-    weights with ``recompute_old``, the KL against the reference's logprobs. A padding pass
-    (not ``real``) takes its own detached forward as pi_old."""
-    batch, loss_cfg = run.batch, run.loss_cfg
-    with autocast_for(run.model_cfg, model):
-        logp, entropy = _forward(model, batch, sel, run.model_cfg.micro_batch_tokens is not None,
-                                 run.temperature, loss_cfg.entropy_coef > 0)
+    model's autocast, pi_old (:func:`_pi_old`), the truncated rollout IS weights
+    (:func:`_rollout_is`), the KL against the reference's logprobs."""
+    batch, spec, loss_cfg = run.batch, run.spec, run.spec.loss_cfg
+    with autocast_for(spec.model_cfg, model):
+        logp, entropy = _forward(model, batch, sel, spec.model_cfg.micro_batch_tokens is not None,
+                                 spec.temperature, loss_cfg.entropy_coef > 0)
     m = batch["response_mask"][sel]
-    if fill_old and real:
-        batch["old_logprobs"][sel] = logp.detach() * m
-    old = batch["old_logprobs"][sel] if real else logp.detach() * m
-    is_w = None if not run.recompute_old else rollout_is_weights(
-        old, run.rollout[sel], m, loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+    old = _pi_old(run, sel, logp, real, fill_old)
     return policy_loss(
         logp, old, batch["advantages"][sel], m,
         eps_low=loss_cfg.eps_low, eps_high=loss_cfg.eps_high, agg=loss_cfg.agg,
         ref_logprobs=None if run.ref is None else run.ref[sel],
         kl_coef=0.0 if run.ref is None else loss_cfg.kl_coef,
-        kl_estimator=loss_cfg.kl_estimator, norm_length=run.norm_length,
-        entropy=entropy, is_weights=is_w, entropy_coef=loss_cfg.entropy_coef,
+        kl_estimator=loss_cfg.kl_estimator, norm_length=spec.norm_length,
+        entropy=entropy, is_weights=_rollout_is(run, old, sel), entropy_coef=loss_cfg.entropy_coef,
         tensor_metrics=True)
+
+
+def _pi_old(run: _Update, sel: torch.Tensor, logp: torch.Tensor, real: bool,
+            fill_old: bool) -> torch.Tensor:
+    """pi_old of rows ``sel``: the stored one, after storing this forward's (detached) when
+    ``fill_old``; a padding pass (not ``real``) takes its own detached forward."""
+    m = run.batch["response_mask"][sel]
+    if fill_old and real:
+        run.batch["old_logprobs"][sel] = logp.detach() * m
+    return run.batch["old_logprobs"][sel] if real else logp.detach() * m
+
+
+def _rollout_is(run: _Update, old: torch.Tensor, sel: torch.Tensor) -> torch.Tensor | None:
+    """The truncated pi_old / pi_rollout weights of rows ``sel`` (``loss.rollout_is``); None
+    without ``recompute_old`` (pi_old is then the rollout's own)."""
+    if not run.spec.recompute_old:
+        return None
+    loss_cfg = run.spec.loss_cfg
+    return rollout_is_weights(old, run.rollout[sel], run.batch["response_mask"][sel],
+                              loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
 
 
 def _rollout_report(samples: list[Sample], run: _Update) -> dict[str, float]:
     """With ``recompute_old`` (pi_old of every row known now: the fused rows were filled in
     the first step): the sampler/trainer mismatch per agent and the rollout IS weights'
     statistics."""
-    if not run.recompute_old:
+    if not run.spec.recompute_old:
         return {}
+    loss_cfg = run.spec.loss_cfg
     old, mask = run.batch["old_logprobs"], run.batch["response_mask"]
     out = _rollout_metrics(samples, old.cpu(), run.rollout.cpu(), mask.cpu())
-    is_w = rollout_is_weights(old, run.rollout, mask, run.loss_cfg.rollout_is,
-                              run.loss_cfg.rollout_is_threshold)
+    is_w = rollout_is_weights(old, run.rollout, mask, loss_cfg.rollout_is,
+                              loss_cfg.rollout_is_threshold)
     if is_w is not None:
-        out.update(is_weight_metrics(is_w, mask, run.loss_cfg.rollout_is_threshold))
+        out.update(is_weight_metrics(is_w, mask, loss_cfg.rollout_is_threshold))
     return out

@@ -29,16 +29,16 @@ def _gradients(tiny_dir: str, case: str, how: str | None, rank: int = 0, world: 
     from mgrpo.models import load_model
     from mgrpo.parallel.sharding import DataParallel, shard
     from mgrpo.training.config import LossConfig, ModelConfig
-    from mgrpo.training.update import policy_update
+    from mgrpo.training.update import UpdateSpec, policy_update
 
     rows, agg = CASES[case]
     net, _ = load_model(tiny_dir)
     model = net if how is None else shard(net, how, "cpu")
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)  # after sharding: its parameters
     mcfg = ModelConfig(path=tiny_dir, micro_batch_size=2, grad_clip=1e9)
-    metrics = policy_update(model, optimizer, random_samples(rows, seed=rows), mcfg,
-                            LossConfig(agg=agg), pad_id=0,
-                            generator=torch.Generator().manual_seed(0), temperature=0.9,
+    metrics = policy_update(model, optimizer, random_samples(rows, seed=rows),
+                            UpdateSpec(mcfg, LossConfig(agg=agg), pad_id=0, temperature=0.9),
+                            generator=torch.Generator().manual_seed(0),
                             parallel=DataParallel(rank, world))
     grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad)
              .detach().clone() for name, p in net.named_parameters()}

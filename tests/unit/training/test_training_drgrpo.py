@@ -9,7 +9,7 @@ import torch
 
 from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.scoring import Sample
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 from mgrpo.types import Trajectory
 
 
@@ -32,9 +32,9 @@ def test_policy_update_divides_by_the_constant_budget(tiny_dir, long_prompt):
     model, tokenizer = load_model(tiny_dir)
     samples = [_sample(long_prompt, 4, 1.0, 0), _sample(3, 2, -0.5, 1)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    metrics = policy_update(model, optimizer, samples, ModelConfig(path=str(tiny_dir)),
-                            LossConfig(agg="seq-mean-token-sum-norm"),
-                            pad_id=tokenizer.pad_token_id, norm_length=48)
+    metrics = policy_update(model, optimizer, samples, UpdateSpec(
+        ModelConfig(path=str(tiny_dir)), LossConfig(agg="seq-mean-token-sum-norm"),
+        tokenizer.pad_token_id, norm_length=48))
     assert metrics["pg_loss"] == pytest.approx(-3 / (2 * 48), abs=1e-6)
 
 

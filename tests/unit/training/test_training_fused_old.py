@@ -12,7 +12,7 @@ from mgrpo.engines.base import SamplingParams
 from mgrpo.models import load_model
 from mgrpo.training.config import LossConfig, ModelConfig
 from mgrpo.training.scoring import Sample
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 
 
 def _samples(model, tok, shift: float = 0.0) -> list[Sample]:
@@ -30,9 +30,10 @@ def _run(tiny_dir, samples, reuse: bool, mini_batches: int, **loss):
         kwargs["input_ids"].shape[0]), with_kwargs=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
     mcfg = ModelConfig(path=str(tiny_dir), mini_batches=mini_batches, micro_batch_size=2)
-    metrics = policy_update(model, optimizer, samples, mcfg, LossConfig(**loss),
-                            pad_id=tok.pad_token_id, temperature=0.8,
-                            generator=torch.Generator().manual_seed(0), reuse_first_pass=reuse)
+    spec = UpdateSpec(mcfg, LossConfig(**loss), tok.pad_token_id, temperature=0.8,
+                      reuse_first_pass=reuse)
+    metrics = policy_update(model, optimizer, samples, spec,
+                            generator=torch.Generator().manual_seed(0))
     return metrics, dict(model.named_parameters()), calls
 
 

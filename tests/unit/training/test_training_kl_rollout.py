@@ -14,7 +14,7 @@ from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.loop import run_training
 from mgrpo.training.reference import load_reference
 from mgrpo.training.scoring import Sample
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 
 
 def _round_metrics(tmp_path, name: str = "t") -> list[dict[str, float]]:
@@ -89,9 +89,9 @@ def _update(tiny_dir, samples, temperature=1.0, mini_batches=1, **loss):
     mcfg = ModelConfig(path=str(tiny_dir), mini_batches=mini_batches, micro_batch_size=2)
     lcfg = LossConfig(**loss)
     ref = load_reference(str(tiny_dir)) if lcfg.kl_coef > 0 else None
-    return policy_update(model, optimizer, samples, mcfg, lcfg, pad_id=tok.pad_token_id,
-                         ref_model=ref, temperature=temperature,
-                         generator=torch.Generator().manual_seed(0))
+    return policy_update(model, optimizer, samples,
+                         UpdateSpec(mcfg, lcfg, tok.pad_token_id, temperature=temperature),
+                         ref_model=ref, generator=torch.Generator().manual_seed(0))
 
 
 def test_policy_update_kl_is_zero_at_the_reference_and_grows_as_weights_move(tiny_dir):
@@ -150,8 +150,8 @@ def test_policy_update_refuses_kl_without_a_reference_and_builds_it_once(tiny_di
 
     model, tok = load_model(tiny_dir)
     with pytest.raises(ValueError, match="kl_coef=0.1 needs the frozen reference model"):
-        policy_update(model, None, _sampled(model, tok, 1.0), ModelConfig(path=str(tiny_dir)),
-                      LossConfig(kl_coef=0.1), pad_id=tok.pad_token_id)
+        policy_update(model, None, _sampled(model, tok, 1.0), UpdateSpec(
+            ModelConfig(path=str(tiny_dir)), LossConfig(kl_coef=0.1), tok.pad_token_id))
     lm = SimpleNamespace(name="m", model=model, ref_model=None)
     mcfg, on = ModelConfig(path=str(tiny_dir)), LossConfig(kl_coef=0.1)
     assert reference_for(lm, mcfg, LossConfig()) is None  # KL off: nothing loaded

@@ -18,7 +18,7 @@ from mgrpo.models.lora import LoraSpec, apply_lora, trainable_parameters
 from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.loop import run_training
 from mgrpo.training.reference import reference_for
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 
 SPEC = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
@@ -112,8 +112,8 @@ def test_update_moves_only_the_adapter_and_the_reference_is_the_base(tiny_dir):
         name, model, ref_model = "planner", peft, None
 
     ref = reference_for(Lm, mcfg, lcfg)
-    metrics = policy_update(peft, torch.optim.Adam(params, lr=1e-2), samples, mcfg, lcfg,
-                            pad_id=tok.pad_token_id, ref_model=ref,
+    metrics = policy_update(peft, torch.optim.Adam(params, lr=1e-2), samples,
+                            UpdateSpec(mcfg, lcfg, tok.pad_token_id), ref_model=ref,
                             generator=torch.Generator().manual_seed(0))
     assert metrics["grad_norm"] > 0 and metrics["kl"] > 1e-6  # steps 2, 3 moved off the base
     after = peft.state_dict()

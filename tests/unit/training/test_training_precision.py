@@ -14,7 +14,7 @@ from mgrpo.algo.schedules import lr_at
 from mgrpo.models import load_model
 from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.precision import make_optimizer, prepare_for_training
-from mgrpo.training.update import micro_batches, policy_update
+from mgrpo.training.update import UpdateSpec, micro_batches, policy_update
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,10 @@ def _update(tiny_dir, samples, model=None, optimizer=None, loss=None, total_step
     mcfg = ModelConfig(path=str(tiny_dir), **{"micro_batch_size": 3, "lr": 3e-2, **model_kw})
     prepare_for_training(model, mcfg)
     optimizer = optimizer or make_optimizer(model, mcfg)
-    metrics = policy_update(model, optimizer, samples, mcfg, LossConfig(**(loss or {})),
-                            pad_id=0, temperature=0.8, total_steps=total_steps,
-                            generator=generator or torch.Generator().manual_seed(0),
-                            recompute_old=recompute_old)
+    spec = UpdateSpec(mcfg, LossConfig(**(loss or {})), pad_id=0, temperature=0.8,
+                      total_steps=total_steps, recompute_old=recompute_old)
+    metrics = policy_update(model, optimizer, samples, spec,
+                            generator=generator or torch.Generator().manual_seed(0))
     return metrics, model, optimizer
 
 

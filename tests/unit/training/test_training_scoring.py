@@ -11,7 +11,7 @@ import torch
 from mgrpo.store.records import PlannerOutcomeIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.scoring import Sample, planner_samples, subagent_rewards, subagent_samples
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 from mgrpo.types import Trajectory
 
 MODELS = {m: {"path": "unused"} for m in ("planner", "searcher", "coder")}
@@ -93,8 +93,8 @@ def test_policy_update_changes_every_parameter(model, tokenizer):
     before = {k: v.clone() for k, v in model.named_parameters()}
     cfg = RunConfig(models=MODELS)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    metrics = policy_update(model, optimizer, _samples(), cfg.models["planner"], cfg.loss,
-                            pad_id=tokenizer.pad_token_id)
+    metrics = policy_update(model, optimizer, _samples(), UpdateSpec(
+        cfg.models["planner"], cfg.loss, tokenizer.pad_token_id))
     unchanged = [k for k, v in model.named_parameters() if torch.equal(v, before[k])]
     assert unchanged == []
     assert metrics["grad_norm"] > 0
@@ -109,9 +109,9 @@ def test_micro_batches_1x8_equal_8x1(model, tokenizer, agg):
         mcfg = cfg.models["planner"].model_copy(update={"micro_batch_size": micro,
                                                         "grad_clip": 1e9})
         optimizer = torch.optim.SGD(m.parameters(), lr=1.0)
-        policy_update(m, optimizer, _samples(), mcfg, cfg.loss, pad_id=tokenizer.pad_token_id,
-                      generator=torch.Generator().manual_seed(0),
-                      norm_length=cfg.loss_norm_length())
+        policy_update(m, optimizer, _samples(), UpdateSpec(
+            mcfg, cfg.loss, tokenizer.pad_token_id, norm_length=cfg.loss_norm_length()),
+            generator=torch.Generator().manual_seed(0))
         weights.append(dict(m.named_parameters()))
     moved = max(float((weights[0][k] - p).detach().abs().max())
                 for k, p in model.named_parameters())

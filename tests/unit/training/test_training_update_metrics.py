@@ -10,7 +10,7 @@ from test_training_fused_old import _samples
 from mgrpo.models import load_model
 from mgrpo.models.lora import LoraSpec, apply_lora, trainable_parameters
 from mgrpo.training.config import LossConfig, ModelConfig
-from mgrpo.training.update import policy_update
+from mgrpo.training.update import UpdateSpec, policy_update
 
 
 def _update(tiny_dir, samples, micro: int, mini_batches: int = 2, model=None):
@@ -18,8 +18,9 @@ def _update(tiny_dir, samples, micro: int, mini_batches: int = 2, model=None):
         model, _ = load_model(tiny_dir)
     optimizer = torch.optim.Adam(trainable_parameters(model), lr=3e-2)
     mcfg = ModelConfig(path=str(tiny_dir), mini_batches=mini_batches, micro_batch_size=micro)
-    return policy_update(model, optimizer, samples, mcfg, LossConfig(), pad_id=0,
-                         temperature=0.8, generator=torch.Generator().manual_seed(0))
+    return policy_update(model, optimizer, samples,
+                         UpdateSpec(mcfg, LossConfig(), pad_id=0, temperature=0.8),
+                         generator=torch.Generator().manual_seed(0))
 
 
 def test_metrics_do_not_depend_on_the_micro_batch_size(tiny_dir):
