@@ -100,7 +100,7 @@ class RankWork(NamedTuple):
 
     put_state: Callable[..., bool]  # (lm, lr, checkpoint, source): a replica's weights + Adam
     fresh_optimizer: Callable[..., torch.optim.Optimizer]  # (previous, model, lr): no moments
-    update: Callable[..., dict[str, float]]  # (lm, samples, cfg, round_index, model=, parallel=)
+    update: Callable[..., dict[str, float]]  # (lm, samples, cfg, round_index, parallel=)
 
 
 class Ranks:
@@ -120,7 +120,6 @@ class Ranks:
         self.group = dist.new_group(backend="gloo") if backend != "gloo" else None
         self.work = work
         self.lock = threading.Lock()
-        self.ddp = None  # the DDP wrapper (strategy ddp) the update runs, else None
         self.strategy, self.tied = "ddp", ([], {})  # set by wrap()
         self._stop = threading.Event()
 
@@ -130,7 +129,8 @@ class Ranks:
         self.strategy = how
         self.tied = sharding.tied_aliases(model)  # before sharding
         wrapped = sharding.shard(model, how, self.device)
-        self.ddp = wrapped if how == "ddp" else None  # FSDP2 shards the module in place
+        if how == "ddp":  # FSDP2 shards the module in place
+            self.parallel = sharding.DataParallel(self.rank, self.world, wrapper=wrapped)
         log.info("trainer rank %d/%d: %s", self.rank, self.world,
                  "FSDP2 (fully_shard per decoder layer and root)" if how == "fsdp" else "DDP")
 
@@ -197,8 +197,7 @@ class Ranks:
         on every rank, rank 0's samples broadcast."""
         with self.lock:
             self.send("update", samples, cfg, round_index)
-            return self.work.update(lm, samples, cfg, round_index, model=self.ddp,
-                                    parallel=self.parallel)
+            return self.work.update(lm, samples, cfg, round_index, parallel=self.parallel)
 
     def stop(self) -> None:
         """Rank 0: tell the other ranks to exit (skipped if an update holds the lock), then
@@ -247,8 +246,7 @@ class Ranks:
             elif command == "update":
                 samples, cfg, round_index = args
                 try:
-                    self.work.update(lm, samples, cfg, round_index, model=self.ddp,
-                                     parallel=self.parallel)
+                    self.work.update(lm, samples, cfg, round_index, parallel=self.parallel)
                 except Exception:  # noqa: BLE001 - rank 0 counts it and reloads every rank
                     log.exception("trainer rank %d: update of round %d failed", self.rank,
                                   round_index)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
@@ -43,10 +43,20 @@ class DataParallel:
     """Rank ``rank`` of ``world`` in a data-parallel update: every rank holds the same samples
     in the same order and runs the micro-batches ``rank, rank + world, ...`` of each
     mini-batch; its model was sharded by :func:`shard` (gradients summed over the ranks).
-    ``DataParallel()`` is one process."""
+    ``wrapper``: the DDP wrapper :func:`shard` returned (None under FSDP2, which shards the
+    model in place, and in one process). ``DataParallel()`` is one process."""
 
     rank: int = 0
     world: int = 1
+    wrapper: torch.nn.Module | None = field(default=None, compare=False, repr=False)
+
+    def module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module an update runs for ``model``: its DDP wrapper, else ``model``."""
+        return model if self.wrapper is None else self.wrapper
+
+    def fsdp(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` is sharded over the ranks by FSDP2 (its reference must be too)."""
+        return self.world > 1 and is_sharded(model)
 
     def mine(self, parts: Sequence[T]) -> Sequence[T]:
         """This rank's share of ``parts``: every ``world``-th, from ``rank``."""

@@ -16,7 +16,7 @@ from collections import defaultdict
 import torch
 
 from mgrpo.algo import auto_d
-from mgrpo.parallel.sharding import SINGLE, DataParallel, is_sharded
+from mgrpo.parallel.sharding import SINGLE, DataParallel
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob, mix_seed
 from mgrpo.training.reference import (
@@ -170,16 +170,14 @@ def update_model(lm, samples: list[Sample], cfg: RunConfig, round_index: int
 
 
 def local_update(lm, samples: list[Sample], cfg: RunConfig, round_index: int,
-                 model: torch.nn.Module | None = None, parallel: DataParallel = SINGLE
-                 ) -> dict[str, float]:
-    """:func:`update_model` in this process; ``model`` (a DDP wrapper of ``lm.model``) and
-    ``parallel`` (this rank's place) when it is one rank of a data-parallel update."""
+                 parallel: DataParallel = SINGLE) -> dict[str, float]:
+    """:func:`update_model` in this process; ``parallel``: this rank's place when it is one
+    rank of a data-parallel update (the model it runs: ``lm.model`` or its DDP wrapper)."""
     mcfg = cfg.models[lm.name]
     generator = torch.Generator().manual_seed(mix_seed(cfg.seed, lm.name, round_index))
-    sharded = parallel.world > 1 and is_sharded(lm.model)  # FSDP2: the reference is sharded too
-    ref_model = reference_for(lm, mcfg, cfg.loss, run_id=cfg.name, sharded=sharded) \
-        if cfg.loss.kl_in_loss() else None
-    update = policy_update(lm.model if model is None else model, lm.optimizer, samples,
+    ref_model = reference_for(lm, mcfg, cfg.loss, run_id=cfg.name,
+                              sharded=parallel.fsdp(lm.model)) if cfg.loss.kl_in_loss() else None
+    update = policy_update(parallel.module(lm.model), lm.optimizer, samples,
                            UpdateSpec.for_run(cfg, lm.name, lm.tokenizer.pad_token_id),
                            ref_model=ref_model, generator=generator, parallel=parallel)
     return qualify(update, lm.name)

@@ -36,3 +36,16 @@ def test_settings_read_and_validate_the_env_var(monkeypatch):
     monkeypatch.setenv("MGRPO_TRAINER_STRATEGY", "fdsp")
     with pytest.raises(ValidationError, match="trainer_strategy"):
         Settings()
+
+
+def test_an_update_runs_the_ddp_wrapper_when_the_rank_has_one():
+    import torch
+
+    from mgrpo.parallel.sharding import DataParallel
+
+    model, wrapper = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    assert DataParallel().module(model) is model  # one process
+    assert DataParallel(1, 2).module(model) is model  # FSDP2: sharded in place
+    assert DataParallel(1, 2, wrapper=wrapper).module(model) is wrapper
+    assert DataParallel(1, 2, wrapper=wrapper) == DataParallel(1, 2)  # a place, not a model
+    assert not DataParallel(1, 2).fsdp(model) and not DataParallel().fsdp(model)
