@@ -23,18 +23,32 @@ logic (the modules named above).
 from __future__ import annotations
 
 import logging
+import socket
 
+import uvicorn
+from prometheus_client import CollectorRegistry, Gauge
+
+from mgrpo.bus.app import control_app
 from mgrpo.config import Settings
+from mgrpo.parallel.ranks import Ranks, world_size
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.routes.health import embedded_problem
+from mgrpo.services.context import Queues, load_service_config, make_bus, open_store
+from mgrpo.services.control.tasks import HANDLERS, ControlContext, register_control_tasks
+from mgrpo.services.dependencies import worker_needs
+from mgrpo.services.health import serve_health
+from mgrpo.services.http import server_options
+from mgrpo.services.planner.team import TeamWorker
+from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
+from mgrpo.services.process import serve_until_signal, setup_logging
+from mgrpo.services.subagent.role import RoleWorker
+from mgrpo.services.subagent.worker import SubagentWorker
+from mgrpo.services.team import is_team
+from mgrpo.services.trainer.ranks import follower_model, strategy_for, trainer_work
+from mgrpo.services.trainer.service import TrainerService
 
 
 def serve_api(settings: Settings, host: str, port: int) -> None:
-    import uvicorn
-
-    from mgrpo.services.api.app import create_app
-    from mgrpo.services.api.routes.health import embedded_problem
-    from mgrpo.services.http import server_options
-    from mgrpo.services.process import setup_logging
-
     setup_logging(settings, "planner")
     if (problem := embedded_problem(settings)) is not None:
         logging.getLogger("mgrpo.planner").warning(problem)
@@ -43,13 +57,6 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
 
 
 def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
-    from mgrpo.services.context import load_service_config, make_bus, open_store
-    from mgrpo.services.dependencies import worker_needs
-    from mgrpo.services.planner.team import TeamWorker
-    from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
-    from mgrpo.services.process import serve_until_signal, setup_logging
-    from mgrpo.services.team import is_team
-
     setup_logging(settings, "planner-worker")
     cfg = load_service_config(settings)
     store = open_store(settings)
@@ -72,13 +79,6 @@ def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
 
 def serve_subagent(settings: Settings, name: str, tool: str, model: str | None = None,
                    description: str = "", batch_size: int = 64) -> None:
-    from mgrpo.services.context import load_service_config, make_bus, open_store
-    from mgrpo.services.dependencies import worker_needs
-    from mgrpo.services.process import serve_until_signal, setup_logging
-    from mgrpo.services.subagent.role import RoleWorker
-    from mgrpo.services.subagent.worker import SubagentWorker
-    from mgrpo.services.team import is_team
-
     setup_logging(settings, f"subagent-{name}")
     cfg = load_service_config(settings)
     store = open_store(settings)
@@ -109,12 +109,6 @@ def serve_subagent(settings: Settings, name: str, tool: str, model: str | None =
 
 
 def serve_trainer(settings: Settings, model: str) -> None:
-    from mgrpo.parallel.ranks import Ranks, world_size
-    from mgrpo.services.context import load_service_config, make_bus, open_store
-    from mgrpo.services.process import serve_until_signal, setup_logging
-    from mgrpo.services.trainer.ranks import follower_model, strategy_for, trainer_work
-    from mgrpo.services.trainer.service import TrainerService
-
     ranks = None
     if world_size() > 1:
         ranks = Ranks(settings.device, trainer_work())
@@ -152,17 +146,6 @@ def serve_trainer(settings: Settings, model: str) -> None:
 
 
 def serve_control(settings: Settings) -> None:
-    import socket
-
-    from prometheus_client import CollectorRegistry, Gauge
-
-    from mgrpo.bus.app import control_app
-    from mgrpo.services.context import Queues, load_service_config, make_bus, open_store
-    from mgrpo.services.control.tasks import HANDLERS, ControlContext, register_control_tasks
-    from mgrpo.services.dependencies import worker_needs
-    from mgrpo.services.health import serve_health
-    from mgrpo.services.process import setup_logging
-
     setup_logging(settings, "control")
     cfg = load_service_config(settings)
     store = open_store(settings)

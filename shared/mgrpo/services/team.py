@@ -36,14 +36,15 @@ import functools
 import json
 from dataclasses import dataclass
 
+from mgrpo.envs.worlds import build_world as build
+from mgrpo.sandbox.client import SandboxClient
 from mgrpo.training.config import RunConfig
 from mgrpo.training.rounds import sample_questions
+from mgrpo.workflows import TurnTeam
 
 
 def is_team(cfg: RunConfig) -> bool:
     """A run whose workflow is a turn team (``turn_team`` or a plug-in's subclass)."""
-    from mgrpo.workflows import TurnTeam
-
     return isinstance(cfg.flow, TurnTeam)
 
 
@@ -61,20 +62,14 @@ class TeamQuery:
 def build_world(cfg: RunConfig, sandbox_url: str | None = None):
     """The run's world with its options; tool code runs in the sandbox service when
     ``sandbox_url`` is set, else in the world's own in-process sandbox."""
-    from mgrpo.envs.worlds import build_world as build
-
     options = dict(cfg.workflow.world_options)
     if sandbox_url:
-        from mgrpo.sandbox.client import SandboxClient
-
         options["sandbox"] = SandboxClient(sandbox_url)
     return build(cfg.workflow.world, **options)
 
 
 @functools.lru_cache(maxsize=8)
 def _task_pool(world_name: str, options: str, n: int, seed: int) -> tuple:
-    from mgrpo.envs.worlds import build_world as build
-
     return tuple(build(world_name, **json.loads(options)).tasks("train", n, seed))
 
 

@@ -22,6 +22,7 @@ from mgrpo.bus.messages import (
 )
 from mgrpo.config import Settings
 from mgrpo.engines.base import Completion, GenerationRequest
+from mgrpo.models import load_tokenizer
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.dispatch import BusDispatch, registered_queue, worker_id
@@ -128,8 +129,6 @@ class TeamWorker:
     def tokenizer(self, cfg: RunConfig, model: str):
         path = cfg.models[model].path
         if path not in self._tokenizers:
-            from mgrpo.models import load_tokenizer
-
             self._tokenizers[path] = load_tokenizer(path)
         return self._tokenizers[path]
 

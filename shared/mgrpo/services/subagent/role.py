@@ -15,7 +15,7 @@ import threading
 
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TurnCompletion, TurnRequest
 from mgrpo.config import Settings
-from mgrpo.engines.base import GenerationRequest
+from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.engines.registry import build_engine
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 
 
 def _request(spec: TurnRequest) -> GenerationRequest:
-    from mgrpo.engines.base import SamplingParams
-
     return GenerationRequest(list(spec.prompt_ids), SamplingParams(
         temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
         max_new_tokens=spec.max_new_tokens, stop=list(spec.stop),
