@@ -80,6 +80,7 @@ def unknown_env_vars(environ: dict[str, str]) -> list[str]:
     ``MGRPO_DATBASE_URL`` would otherwise leave the default in force, silently). Services log
     these as warnings at start; they are not errors, since the settings classes share the
     prefix and the test harness adds its own (``MGRPO_TEST_*``)."""
+    # on use: the ground floor imports no settings class at module level
     from mgrpo.config import Settings
     from mgrpo.sandbox.service import SandboxServiceSettings
 

@@ -26,6 +26,7 @@ RETRY_DELAY_S = 2.0  # pause before a requeued message comes back: no hot loop d
 
 
 def _transient_types() -> tuple[type[BaseException], ...]:
+    # on use: keeps httpx out of this module's import
     import amqp.exceptions
     import kombu.exceptions
 

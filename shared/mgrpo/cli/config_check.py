@@ -18,6 +18,7 @@ def check(files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
     """Validate each file as the kind of config it is (a run config for `mgrpo train`, or a
     demo config for `mgrpo demo`/`ablate`), and check that every file or folder it names
     (model paths, bench_dir, prompts) exists. Exit 1 if any file has a problem."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config_files import COMMANDS, check_file
 
     failed = False

@@ -21,6 +21,7 @@ BROKER_OPTION = typer.Option(None, "--broker", help="AMQP URL; default: MGRPO_BR
 
 
 def _send(task: str, payload, broker: str | None) -> None:
+    # on use: keeps celery, kombu out of the CLI's start
     from mgrpo.bus.app import control_app, send_control
     from mgrpo.config import get_settings
 
@@ -39,6 +40,7 @@ def prune(run_id: str = typer.Option(..., "--run-id", help="The run whose checkp
           keep: int = typer.Option(..., "--keep", min=1, help="Newest versions kept."),
           broker: str | None = BROKER_OPTION) -> None:
     """Delete a model's checkpoints of a run but the newest KEEP (records, then folders)."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.bus.control import TASK_PRUNE_CHECKPOINTS, PruneCheckpoints
 
     _send(TASK_PRUNE_CHECKPOINTS, PruneCheckpoints(run_id=run_id, model=model, keep=keep),
@@ -51,6 +53,7 @@ def replay(limit: int = typer.Option(1000, "--limit", min=1, help="At most this 
                                             "source queue (full name)."),
            broker: str | None = BROKER_OPTION) -> None:
     """Have the control worker replay the dead-letter queue (as `mgrpo dlq replay` does)."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.bus.control import TASK_REPLAY_DEAD_LETTERS, ReplayDeadLetters
 
     _send(TASK_REPLAY_DEAD_LETTERS, ReplayDeadLetters(limit=limit, source=queue), broker)
@@ -66,6 +69,7 @@ def start_round(run_id: str | None = typer.Option(None, "--run-id", help="Defaul
                 k: int | None = typer.Option(None, "--k", min=1),
                 broker: str | None = BROKER_OPTION) -> None:
     """Start a round of a run, as POST /v1/rounds does."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.bus.control import TASK_ROUND, StartRound
 
     _send(TASK_ROUND, StartRound(command="start", run_id=run_id, index=index,
@@ -76,6 +80,7 @@ def start_round(run_id: str | None = typer.Option(None, "--run-id", help="Defaul
 def cancel_round(round_id: str = typer.Argument(..., help="The round to cancel."),
                  broker: str | None = BROKER_OPTION) -> None:
     """Cancel a round, as POST /v1/rounds/{round_id}/cancel does."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.bus.control import TASK_ROUND, CancelRound
 
     _send(TASK_ROUND, CancelRound(command="cancel", round_id=round_id), broker)

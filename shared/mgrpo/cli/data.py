@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from mgrpo.cli.errors import UserError
+
 app = typer.Typer(no_args_is_help=True)
 
 
@@ -30,6 +32,7 @@ def build(seed: int = typer.Option(0, help="generator seed; same seed, same byte
           config: Path | None = typer.Option(None, help="YAML/JSON BenchmarkConfig fields "
                                              "(n_train, n_dev, n_test, entities, ...)")) -> None:
     """Generate the knowledge graph, corpus and train/dev/test questions."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs import BenchmarkConfig, build_benchmark
 
     cfg = BenchmarkConfig(**{**_read_config(config), "seed": seed})
@@ -51,7 +54,7 @@ def import_(questions: Path = typer.Option(..., help="JSONL (or parquet) of ques
             test: float = typer.Option(0.1, help="share of rows without a split put in test"),
             ) -> None:
     """Turn your questions and documents into a benchmark folder (bench_dir, --bench)."""
-    from mgrpo.cli.errors import UserError
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs.importing import DataImportError, import_benchmark, write_benchmark_atomic
 
     try:
@@ -73,9 +76,11 @@ def import_(questions: Path = typer.Option(..., help="JSONL (or parquet) of ques
 
 def _executor(sandbox_url: str | None):
     if sandbox_url:
+        # on use: keeps httpx out of the CLI's start
         from mgrpo.sandbox.client import SandboxClient
 
         return SandboxClient(sandbox_url)
+    # on use: keeps the library out of the CLI's start
     from mgrpo.sandbox.local import LocalSandbox
 
     return LocalSandbox()
@@ -104,7 +109,7 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
           ) -> None:
     """Run the scripted experts and write SFT transcripts per agent (built-in tasks only:
     on a benchmark the experts cannot solve it refuses and says what to do instead)."""
-    from mgrpo.cli.errors import UserError
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs import load_benchmark
     from mgrpo.envs.demos import ExpertsCannotSolve, write_demos
     from mgrpo.envs.experts import ExpertErrors
@@ -152,6 +157,7 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
                 seed: int = typer.Option(0)) -> None:
     """SFT transcripts by rejection sampling: a teacher plays every role, the episodes your
     verifier scores correct are kept (format: docs/protocol.md)."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.config import Settings
     from mgrpo.engines.registry import build_engine
     from mgrpo.envs import load_benchmark
@@ -178,6 +184,7 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
 @app.command()
 def show(folder: Path = typer.Argument(..., help="benchmark folder")) -> None:
     """Question counts per split / stage / kind, and the corpus size."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs import load_benchmark
 
     bench = load_benchmark(folder)

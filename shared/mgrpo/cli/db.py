@@ -16,6 +16,7 @@ URL_OPTION = typer.Option(None, "--url", help="SQLAlchemy URL; default: MGRPO_DA
 def _url(url: str | None) -> str:
     if url:
         return url
+    # on use: keeps the library out of the CLI's start
     from mgrpo.config import get_settings
 
     return get_settings().database_url
@@ -25,6 +26,7 @@ def _url(url: str | None) -> str:
 def upgrade(url: str | None = URL_OPTION,
             revision: str = typer.Option("head", help="Target Alembic revision.")) -> None:
     """Apply the stats-store migrations (alembic upgrade); safe to run repeatedly."""
+    # on use: keeps sqlalchemy out of the CLI's start
     from mgrpo.store import Store
 
     store = Store(_url(url))
@@ -38,6 +40,7 @@ def upgrade(url: str | None = URL_OPTION,
 @app.command()
 def current(url: str | None = URL_OPTION) -> None:
     """Print the database's revision and the code's head revision."""
+    # on use: keeps sqlalchemy out of the CLI's start
     from mgrpo.store import Store
     from mgrpo.store.migrate import head_revision
 

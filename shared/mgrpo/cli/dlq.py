@@ -26,6 +26,7 @@ LIMIT_OPTION = typer.Option(1000, "--limit", min=1, help="At most this many lett
 
 
 def _bus(broker: str | None):
+    # on use: keeps torch, sqlalchemy, kombu out of the CLI's start
     from mgrpo.bus.kombu_bus import KombuBus
     from mgrpo.config import get_settings
     from mgrpo.services.context import Queues

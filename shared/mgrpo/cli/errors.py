@@ -34,6 +34,7 @@ def debug_enabled() -> bool:
 
 def describe(exc: BaseException) -> tuple[str, str]:
     """(one-line message, hint) for any exception a command raised."""
+    # on use: keeps torch out of the CLI's start
     from pydantic import ValidationError
 
     from mgrpo.plugins import PluginError
@@ -45,6 +46,7 @@ def describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, PluginError):
         return str(exc), "plug-ins and import paths: docs/extending.md"
     if isinstance(exc, ValidationError):
+        # on use: keeps the library out of the CLI's start
         from mgrpo.validation import one_line
 
         return one_line(exc), "the options are listed in docs/configuration.md"

@@ -10,6 +10,7 @@ import os
 
 import typer
 
+from mgrpo import __version__
 from mgrpo.cli import (
     config_check,
     control,
@@ -67,8 +68,6 @@ app.command("ui")(ui.ui)
 @app.command()
 def version() -> None:
     """Print the installed mgrpo version."""
-    from mgrpo import __version__
-
     typer.echo(__version__)
 
 

@@ -38,6 +38,7 @@ def init_tiny_cmd(
         "(text field, or SFT segments). Default: a small built-in protocol sample."),
 ) -> None:
     """Build a tiny Qwen2 model and a locally trained BPE tokenizer."""
+    # on use: keeps the library out of the CLI's start
     import yaml
 
     from mgrpo.models.tiny import TinyModelConfig, count_parameters, init_tiny
@@ -45,6 +46,7 @@ def init_tiny_cmd(
     values = yaml.safe_load(config.read_text()) if config else {}
     tiny_config = TinyModelConfig.model_validate(values or {})
     folder = init_tiny(out, tiny_config, _read_corpus(corpus))
+    # on use: keeps the library out of the CLI's start
     from mgrpo.models import load_model
 
     model, tokenizer = load_model(folder)
@@ -55,6 +57,7 @@ def init_tiny_cmd(
 @app.command("info")
 def info_cmd(path: Path = typer.Argument(..., help="Model folder.")) -> None:
     """Print a model folder's architecture, size and special tokens."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.models import load_model
     from mgrpo.models.tiny import count_parameters
 
@@ -75,6 +78,7 @@ def import_cmd(
 ) -> None:
     """Make a model speak the protocol: every marker one token (added as special tokens where
     needed, embeddings resized). Prints a JSON report."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.models.importing import import_model
 
     try:

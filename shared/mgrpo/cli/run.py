@@ -12,9 +12,12 @@ from pathlib import Path
 
 import typer
 
+from mgrpo.cli.errors import UserError
+
 
 def _parse_overrides(items: list[str]) -> dict:
     """``--set KEY=VALUE`` options as {dotted key: value}, each value read as YAML."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config_files import parse_set_value
 
     out = {}
@@ -33,6 +36,7 @@ def _with_rounds(cfg, rounds: int | None):
     """``--rounds N``: the config's stages cut or stretched to N rounds in all."""
     if rounds is None:
         return cfg
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config import StageConfig
     from mgrpo.training.config_files import with_rounds
 
@@ -42,6 +46,7 @@ def _with_rounds(cfg, rounds: int | None):
 
 def _rounds_for_steps(cfg, steps: int) -> int:
     """``--steps N`` as rounds (``config_yaml.rounds_for_steps``); a refusal in one line."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.config_yaml import rounds_for_steps
 
     per_round = {m: cfg.models[m].mini_batches * cfg.models[m].ppo_epochs
@@ -62,7 +67,7 @@ def prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to train into a folder that holds anything unless told what to do with it:
     appending silently mixed two runs' metrics, event files and checkpoints. A folder a
     live run owns (its lock file) is refused whatever the options."""
-    from mgrpo.cli.errors import UserError
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.run_lock import refuse_if_in_use
 
     if resume and overwrite:
@@ -108,6 +113,7 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     """Train a multi-agent system in embedded mode per a YAML run config. A non-empty
     out_dir is refused unless --resume (continue it) or --overwrite (replace it). One log
     line per round on stderr; a progress bar as well on a terminal."""
+    # on use: keeps torch, sqlalchemy out of the CLI's start
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import pin
@@ -154,7 +160,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     r_expert per sub-agent, tokens per answer (with --bench-seed, the same on another seed's
     benchmark beside). A turn team: team accuracy and reward, each role's turn reward and
     malformed actions, turns per episode, on tasks of its world's split."""
-    from mgrpo.cli.errors import UserError
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.heldout import parse_stage
     from mgrpo.training.numerics import pin
@@ -184,6 +190,7 @@ def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,
          out: Path | None = typer.Option(None, help="Folder for the PNGs (default RUN/plots).")
          ) -> None:
     """Write reward/accuracy/loss/time curves of a run as PNGs."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.plots import plot_run
 
     if not (run / "metrics.csv").exists():
@@ -207,6 +214,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
          ) -> None:
     """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table.
     Log lines on stderr for each warm-start evaluation, RL round and held-out evaluation."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.demo import run_demo
 
     set_quiet(quiet)
@@ -227,6 +235,7 @@ def demo_config(out: Path, seed: int, rounds: int | None, config: Path | None,
 
 
 def read_demo_config(config: Path | None) -> dict:
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config_files import read_yaml
 
     return read_yaml(config) if config else {}
@@ -234,6 +243,7 @@ def read_demo_config(config: Path | None) -> dict:
 
 def validate_demo_config(config: Path | None, fields: dict):
     """A DemoConfig of ``fields`` (read from ``config``); a run config is refused as one."""
+    # on use: keeps torch out of the CLI's start
     from pydantic import ValidationError
 
     from mgrpo.training.config_files import wrong_kind
@@ -266,9 +276,11 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
     """Single-agent GRPO vs main-only vs co-training from the same warm start, N seeds; or,
     with a turn team's ablation config (`kind: turn_team`: its own arms, seeds and out_dir,
     the other options unused), that config's arms."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.ablate import AblateConfig, run_ablation
 
     if config is not None and read_demo_config(config).get("kind") == "turn_team":
+        # on use: keeps the library out of the CLI's start
         from mgrpo.training.team_ablate import load_team_ablate, run_team_ablation
 
         run_team_ablation(load_team_ablate(config))
@@ -290,6 +302,7 @@ def compare(arm: list[str] = typer.Option(..., help="NAME=RUN_DIR,RUN_DIR,... (o
             ) -> None:
     """Arms side by side: held-out accuracy after RL, generated tokens per round, and the
     first arm minus each other, paired on the same questions (95% bootstrap)."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.training.compare import compare_markdown
 
     arms = {}

@@ -21,6 +21,7 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
             max_queue: int = typer.Option(None, help="Calls waiting before 429 (default "
                                           "MGRPO_SANDBOX_MAX_QUEUE or 256).")) -> None:
     """Run the tool sandbox service (POST /v1/execute, /healthz, /metrics)."""
+    # on use: keeps fastapi out of the CLI's start
     import uvicorn
 
     from mgrpo.sandbox.app import create_app
@@ -29,6 +30,7 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
 
     overrides = {k: v for k, v in {"max_concurrency": max_concurrency,
                                    "max_queue": max_queue}.items() if v is not None}
+    # on use: keeps the library out of the CLI's start
     from mgrpo.logs import setup_logging
 
     setup_logging("sandbox", _settings().log_level)
@@ -38,12 +40,14 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
 
 
 def _exit_now() -> None:
+    # on use: keeps the library out of the CLI's start
     from mgrpo.services.process import exit_now
 
     exit_now()  # skip the slow interpreter teardown once the service has stopped
 
 
 def _settings():
+    # on use: keeps the library out of the CLI's start
     from mgrpo.config import get_settings
 
     return get_settings()
@@ -55,6 +59,7 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
             port: int = typer.Option(8000, help="TCP port of the REST API.")) -> None:
     """Run the planner REST API (/v1/queries, /v1/rounds, ..., /healthz, /readyz, /metrics;
     OpenAPI at /docs)."""
+    # on use: keeps torch, sqlalchemy, celery out of the CLI's start
     from mgrpo.services.entrypoints import serve_api
 
     serve_api(_settings(), host, port)
@@ -65,6 +70,7 @@ def planner(host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0
 def planner_worker(batch_size: int = typer.Option(64, min=1, help="Episode tasks played as "
                                                   "one batched run.")) -> None:
     """Run a planner worker: episodes from planner.episodes, delegations over the bus."""
+    # on use: keeps torch, sqlalchemy, celery out of the CLI's start
     from mgrpo.services.entrypoints import serve_planner_worker
 
     serve_planner_worker(_settings(), batch_size)
@@ -84,6 +90,7 @@ def subagent(name: str = typer.Option(..., help="Sub-agent role, e.g. searcher (
     """Run one sub-agent; it registers itself, so its caller lists it. One whose role
     delegates (``calls:`` in ``agents``) sends its own calls to its callees' workers. With a
     turn_team run config: the worker of role NAME (samples its turns)."""
+    # on use: keeps torch, sqlalchemy, celery out of the CLI's start
     from mgrpo.services.entrypoints import serve_subagent
 
     serve_subagent(_settings(), name, tool, model, description, batch_size)
@@ -95,6 +102,7 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
                                       "`models:` in the run config).")) -> None:
     """Run one model's trainer: ingest, wait for the round, train, checkpoint, announce.
     With MGRPO_TRAINER_NPROC > 1 (outside torchrun): as a torchrun job of that many ranks."""
+    # on use: keeps torch, sqlalchemy, celery out of the CLI's start
     import os
 
     from mgrpo.parallel.ranks import torchrun_argv
@@ -112,6 +120,7 @@ def trainer(model: str = typer.Option(..., help="The model this trainer trains (
 def control() -> None:
     """Run the control-plane Celery worker: checkpoint pruning, dead-letter replays and round
     commands from <MGRPO_QUEUE_PREFIX>mgrpo.control, one task at a time."""
+    # on use: keeps torch, sqlalchemy, celery out of the CLI's start
     from mgrpo.services.entrypoints import serve_control
 
     serve_control(_settings())

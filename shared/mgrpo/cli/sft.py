@@ -22,6 +22,7 @@ def sft(
     device: str = typer.Option("cpu", "--device"),
 ) -> None:
     """Fine-tune on the agent's own tokens; prints eval loss; writes a checkpoint at the end."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.models import load_model
     from mgrpo.models.checkpoint import list_versions, save_checkpoint
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, train_sft

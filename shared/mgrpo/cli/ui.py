@@ -14,6 +14,7 @@ def ui(run: Path = typer.Argument(..., exists=True, file_okay=False,
                                 "keep it on localhost)."),
        port: int = typer.Option(8765, min=1, max=65535, help="Port.")) -> None:
     """Serve the training dashboard of an embedded run at http://HOST:PORT/ui."""
+    # on use: keeps torch, sqlalchemy, kombu out of the CLI's start
     from mgrpo.dashboard.embedded import NotARunDir, serve_ui
 
     try:

@@ -36,6 +36,7 @@ STOP_TIMEOUT_S = 10.0  # each service stops in order in < 1 s; then SIGKILL the 
 
 def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[str]]]:
     """(name, argv after ``mgrpo``) of every service the run config needs."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.tools import ROLE_TOOLS
     from mgrpo.training.config_files import load_run_config
     from mgrpo.workflows import TurnTeam, refuse_outside_services
@@ -74,6 +75,7 @@ def _port_taken(port: int) -> bool:
 
 def preflight(config_path: str, api_port: int, engine: str = "torch") -> None:
     """Raise :class:`UserError` naming every problem found before any process starts."""
+    # on use: keeps torch out of the CLI's start
     from mgrpo.training.config_files import load_run_config
     from mgrpo.workflows import refuse_outside_services
 
@@ -121,6 +123,7 @@ def up(config: Path = typer.Option(..., exists=True, dir_okay=False,
        api_port: int = typer.Option(8000, help="Port of the planner REST API.")) -> None:
     """Start every service as a local process (RabbitMQ and PostgreSQL must be running).
     Exits non-zero when a service dies."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.config import get_settings
 
     preflight(str(config), api_port, engine=get_settings().engine)

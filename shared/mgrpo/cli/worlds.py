@@ -19,6 +19,7 @@ app = typer.Typer(no_args_is_help=True)
 @app.command("list")
 def list_worlds() -> None:
     """Print each world: name, roles (in turn order), max team turns."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs.worlds import build_world, world_names
 
     for name in world_names():
@@ -37,6 +38,7 @@ def expert(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds
            n: int = typer.Option(200, "--n", min=1, help="Tasks to play."),
            seed: int = typer.Option(0, "--seed", help="The tasks' seed.")) -> None:
     """Play the scripted expert on N tasks of a split; print its solve rate as JSON."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs.worlds import build_world
     from mgrpo.envs.worlds.play import expert_report
 
@@ -51,6 +53,7 @@ def demos(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds 
           seed: int = typer.Option(0, "--seed", help="The tasks' seed.")) -> None:
     """Write the scripted expert's turns on N tasks (the solved episodes) as SFT examples,
     one per turn: {agent: role, segments: [observation, action]}."""
+    # on use: keeps the library out of the CLI's start
     from mgrpo.envs.worlds import build_world
     from mgrpo.envs.worlds.demos import expert_demos, write_demos
 

@@ -22,9 +22,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mgrpo.models.checkpoint import MANIFEST, list_versions, version_uri
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES
 from mgrpo.training.config import RunConfig
+from mgrpo.training.loop import round_id_of
 from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.run_lock import live_owner
+from mgrpo.training.watch import RunWatch
 
 # (chart title, metric-key suffixes, exact keys or prefixes ending in "*"): every key of a
 # run whose name ends with "/<suffix>" (or equals an exact key, or starts with a prefix)
@@ -127,11 +131,8 @@ def run_status(rounds: list, planned: int | None, run_dir: Path | None = None) -
     distributed run waits for its next POST /v1/rounds; an embedded one was stopped)."""
     if any(r.status not in TERMINAL_ROUND_STATUSES for r in rounds):
         return "running"
-    if run_dir is not None:
-        from mgrpo.training.run_lock import live_owner
-
-        if live_owner(Path(run_dir)) is not None:
-            return "running"
+    if run_dir is not None and live_owner(Path(run_dir)) is not None:
+        return "running"
     if planned is not None and sum(r.status == "done" for r in rounds) >= planned > 0:
         return "done"
     return "idle"
@@ -195,8 +196,6 @@ def run_warnings(store, run_id: str, stalled_after_s: float = STALLED_AFTER_S) -
     over its stored round metrics in round order: ``[{"round": index, "text": ...}]``, the
     lines ``mgrpo train`` printed (the dashboard's banner); then one per unfinished round
     that has made no progress for ``stalled_after_s`` (``store.stalled_seconds``)."""
-    from mgrpo.training.watch import RunWatch
-
     cfg = stored_run_config(store.get_run(run_id))
     agents = dict(cfg.agents) if cfg else {"planner": "planner", "searcher": "searcher",
                                            "coder": "coder"}
@@ -282,8 +281,6 @@ def checkpoints(store, run_id: str, run_dir: Path | None = None) -> list[dict]:
     seen = {(c["model"], c["version"]) for c in out}
     root = run_dir / "checkpoints" / run_id if run_dir is not None else None
     if root is not None and root.is_dir():
-        from mgrpo.models.checkpoint import MANIFEST, list_versions, version_uri
-
         for model in sorted(p.name for p in root.iterdir() if p.is_dir()):
             for version in list_versions(str(root), model):
                 if (model, version) in seen:
@@ -302,8 +299,6 @@ def checkpoints(store, run_id: str, run_dir: Path | None = None) -> list[dict]:
 def _embedded_round_id(run_id: str, manifest: Path) -> str | None:
     """The round an embedded checkpoint was written after: its manifest's ``extra.round``
     (``mgrpo.training.run_state.save_state``), as the embedded loop names rounds."""
-    from mgrpo.training.loop import round_id_of
-
     try:
         index = json.loads(manifest.read_text())["extra"]["round"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -15,6 +15,14 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from mgrpo.config import Settings
+from mgrpo.services.api.app import create_app
+from mgrpo.services.api.deps import ApiState
+from mgrpo.services.http import server_options
+from mgrpo.store import Store
+from mgrpo.training.config import RunConfig
+from mgrpo.training.round_spec import RoundSpec
+
 
 class NotARunDir(ValueError):
     pass
@@ -22,13 +30,6 @@ class NotARunDir(ValueError):
 
 def ui_app(run_dir: Path):
     """The FastAPI app serving ``/ui`` for the run in ``run_dir``."""
-    from mgrpo.config import Settings
-    from mgrpo.services.api.app import create_app
-    from mgrpo.services.api.deps import ApiState
-    from mgrpo.store import Store
-    from mgrpo.training.config import RunConfig
-    from mgrpo.training.round_spec import RoundSpec
-
     run_dir = Path(run_dir)
     db = run_dir / "store.db"
     if not db.is_file():
@@ -47,8 +48,6 @@ def ui_app(run_dir: Path):
 
 def serve_ui(run_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> None:
     import uvicorn
-
-    from mgrpo.services.http import server_options
 
     app = ui_app(run_dir)
     print(f"dashboard: http://{host}:{port}/ui  (run {run_dir}; Ctrl-C to stop)", flush=True)

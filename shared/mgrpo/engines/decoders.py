@@ -51,14 +51,14 @@ from __future__ import annotations
 
 import torch
 
+from mgrpo.models.lora import is_lora_model
+
 _MODEL_TYPES = {"qwen2", "llama"}
 _STATIC_ROPE = {"default", "linear", "llama3"}
 
 
 def unsupported_reason(model) -> str | None:
     """None when :class:`StaticDecoder` can run ``model``; otherwise why not (one line)."""
-    from mgrpo.models.lora import is_lora_model
-
     if is_lora_model(model):
         return "a peft (LoRA) model"
     config = getattr(model, "config", None)

@@ -45,6 +45,8 @@ from mgrpo.engines.openai_protocol import (
     OpenAIError,
     install_error_handlers,
 )
+from mgrpo.models.loading import folder_weights
+from mgrpo.models.logprobs import token_logprobs
 
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
@@ -174,8 +176,6 @@ def _raw_logprobs(model, completion) -> list[float]:
     """T = 1 logprobs of a completion's tokens, teacher-forced (what vLLM's raw mode reports)."""
     import torch
 
-    from mgrpo.models.logprobs import token_logprobs
-
     ids = torch.tensor([completion.prompt_ids + completion.completion_ids])
     with torch.no_grad():
         logp = token_logprobs(model, ids)[0]
@@ -231,10 +231,8 @@ def create_app(engine: Engine, tokenizer, model_name: str = "mgrpo",
 
     @app.post("/mgrpo/load_weights")
     def load_weights(body: LoadWeightsBody) -> dict:
-        from mgrpo.models.loading import folder_weights  # a plain HF folder: its weights
-
         with lock:
-            engine.load_weights(folder_weights(body.source), body.version)
+            engine.load_weights(folder_weights(body.source), body.version)  # a plain HF folder
         return {"version": engine.version}
 
     @app.post("/v1/completions", response_model=None)

@@ -32,6 +32,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from mgrpo.models import load_model, load_tokenizer
+from mgrpo.models.lora import apply_lora, reset_adapter
+
 URL_PREFIXES = ("http://", "https://")
 
 
@@ -64,22 +67,18 @@ def lora_rank_cap(r: int) -> int:
 def _tokenizer(path: str, tokenizer: Any) -> Any:
     if tokenizer is not None:
         return tokenizer
-    from mgrpo.models import load_tokenizer
 
     return load_tokenizer(path)
 
 
 def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
            tokenizer: Any = None) -> BuiltEngine:
+    # here, not at the top: mgrpo.engines.torch_engine imports this module (a circle)
     from mgrpo.engines.torch_engine import TorchEngine
 
     if model is None:
-        from mgrpo.models import load_model
-
         model, tokenizer = load_model(path, device=device)
         if lora is not None:
-            from mgrpo.models.lora import apply_lora, reset_adapter
-
             model = apply_lora(model, lora)
             reset_adapter(model)  # the same initial adapter in every process
         model.eval()
@@ -89,6 +88,7 @@ def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = Non
 
 def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
           tokenizer: Any = None) -> BuiltEngine:
+    # here, not at the top: mgrpo.engines.vllm_engine imports this module (a circle)
     from mgrpo.engines.vllm_engine import INSTALL_HINT, VLLMEngine
 
     if importlib.util.find_spec("vllm") is None:
@@ -101,6 +101,7 @@ def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None
 
 def _remote(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
             tokenizer: Any = None) -> BuiltEngine:
+    # here, not at the top: mgrpo.engines.remote imports this module (a circle)
     from mgrpo.engines.remote import RemoteEngine
 
     if lora is not None:

@@ -46,6 +46,8 @@ from mgrpo.engines.sampling import (
     make_generator,
     stop_window,
 )
+from mgrpo.models.lora import is_lora_model, load_adapter_state, load_base_state
+from mgrpo.models.weights_read import read_weights
 
 
 @dataclass
@@ -112,16 +114,11 @@ class TorchEngine:
         if isinstance(source, dict):
             state = source
         else:
-            from mgrpo.models.weights_read import read_weights
-
             state, manifest = read_weights(str(source))
             if manifest.get("kind") == "lora":
-                from mgrpo.models.lora import load_adapter_state
-
                 load_adapter_state(self.model, state)
                 self.version = version
                 return
-        from mgrpo.models.lora import is_lora_model, load_base_state
 
         if is_lora_model(self.model):  # full weights: the base's, with the adapter reset
             load_base_state(self.model, state)

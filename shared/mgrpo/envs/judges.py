@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.envs.rewards import RuleExpertJudge, exact_match
 from mgrpo.plugins import check_call, is_import_path, load_object
 
@@ -136,8 +137,6 @@ class LLMExpertJudge:
     def verdicts(self, agent: str, items: list[tuple[str, str | None]],
                  evidence: list[list[str]] | None = None) -> list[Verdict]:
         """``evidence``: per item, the sub-agent's tool observations (None: none shown)."""
-        from mgrpo.engines.base import GenerationRequest, SamplingParams
-
         if not items:
             return []
         params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)

@@ -111,6 +111,7 @@ def _search(kg: KnowledgeGraph, attr: str, entity: str, template: str) -> Subtas
 
 
 def _code(expression: str, template: str) -> Subtask:
+    # here, not at the top: mgrpo.envs.arith imports this module (a circle)
     from mgrpo.envs.arith import evaluate_arithmetic
 
     return Subtask(agent="coder", task=expression, answer=evaluate_arithmetic(expression),

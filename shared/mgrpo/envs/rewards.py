@@ -24,6 +24,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.envs.arith import evaluate_arithmetic, format_number
 from mgrpo.envs.protocol import PlannerAction, parse_planner_turn
 from mgrpo.envs.questions import Question, Subtask
@@ -91,8 +92,6 @@ class LLMJudgeVerifier:
         return self.score_batch([(pred, gold, question)])[0]
 
     def score_batch(self, items: list[tuple[str, str, str | None]]) -> list[float]:
-        from mgrpo.engines.base import GenerationRequest, SamplingParams
-
         scores: list[float | None] = [1.0 if exact_match(p, g) else None for p, g, _ in items]
         ask = [i for i, s in enumerate(scores) if s is None]
         params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from mgrpo.envs import protocol as P
 from mgrpo.envs import protocol_tokens as T
+from mgrpo.envs.chat_format import ChatTemplateFormat
 
 
 class Dialogue(Protocol):
@@ -96,8 +97,6 @@ class MarkupFormat:
 
 
 def _chat_format(tokenizer: Any, tool_call_format: str = "hermes") -> TurnFormat:
-    from mgrpo.envs.chat_format import ChatTemplateFormat
-
     return ChatTemplateFormat(tokenizer, tool_call_format)
 
 

@@ -53,6 +53,8 @@ from pathlib import Path
 
 import fsspec
 
+from mgrpo.models.lora import adapter_state, is_lora_model, load_adapter_state
+
 _VERSION_DIR = re.compile(r"^v(\d{6})$")
 MANIFEST = "manifest.json"
 
@@ -124,8 +126,6 @@ def dedupe_tied(state: dict) -> tuple[dict, dict[str, str]]:
 def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, str]]:
     """The files of a checkpoint as bytes, its kind (full | lora) and its tied aliases."""
     from safetensors.torch import save as st_save
-
-    from mgrpo.models.lora import adapter_state, is_lora_model
 
     files: dict[str, bytes] = {}
     if is_lora_model(model):
@@ -362,8 +362,6 @@ def load_checkpoint(root_uri: str, name: str, version: int | None = None, model=
     if model is None:
         return state, manifest
     if manifest["kind"] == "lora":
-        from mgrpo.models.lora import load_adapter_state
-
         load_adapter_state(model, state)
     else:
         model.load_state_dict(state, strict=True)

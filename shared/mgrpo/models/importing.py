@@ -20,6 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mgrpo.envs import protocol_tokens as P
+from mgrpo.models import load_model
+from mgrpo.models.permissions import make_readable
 
 
 def protocol_markers(roles: tuple[str, ...] = P.BUILTIN_ROLES) -> list[str]:
@@ -50,9 +52,6 @@ def import_model(src: str | Path, out: str | Path,
                  roles: tuple[str, ...] = P.BUILTIN_ROLES) -> dict:
     """Write ``src`` with the protocol markers as single tokens to ``out``; returns a report
     (markers added, vocabulary sizes, whether a chat template was kept)."""
-    from mgrpo.models import load_model
-    from mgrpo.models.permissions import make_readable
-
     src, out = Path(src), Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; choose a new folder")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mgrpo.models.checkpoint import MANIFEST
+
 
 class ModelLoadError(RuntimeError):
     """A model folder is missing, incomplete or unreadable."""
@@ -89,8 +91,6 @@ def folder_weights(source: str):
     import json
 
     import fsspec
-
-    from mgrpo.models.checkpoint import MANIFEST
 
     fs, path = fsspec.core.url_to_fs(source)
     path = path.rstrip("/")

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from mgrpo.envs import protocol_tokens as pt
+from mgrpo.models.loading import quiet_transformers
 from mgrpo.models.permissions import make_readable
 from mgrpo.validation import StrictModel
 
@@ -126,8 +127,6 @@ def build_tiny_model(config: TinyModelConfig, vocab_size: int, pad_id: int, eos_
     """A randomly initialised ``Qwen2ForCausalLM`` (float32), seeded by ``config.seed``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from mgrpo.models.loading import quiet_transformers
 
     quiet_transformers()  # save_pretrained's "Writing model shards" bar
     hf_config = Qwen2Config(

@@ -21,7 +21,11 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from mgrpo.envs import load_benchmark
+from mgrpo.envs.experts import ExpertErrors
 from mgrpo.training.demo import DemoConfig, prepare, run_config, tokenizer_texts, warm_start
+from mgrpo.training.inline import write_inline_demos
+from mgrpo.training.metrics import read_metrics
 from mgrpo.validation import StrictModel
 
 VARIANTS = ("single-agent", "main-only", "co-training")
@@ -68,9 +72,7 @@ def _prepare_single_agent(cfg: AblateConfig, t0: float) -> str:
     with the same recipe as the multi-agent models (``demo.warm_start``); its SFT steps are
     the sum of the roles' it plays: planner and searcher, plus the coder's when the schedule
     reaches stage 2 (the multi-agent variants' total SFT steps)."""
-    from mgrpo.envs import load_benchmark
-    from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.training.inline import write_inline_demos
+    # on use: keeps torch out of this module's import
     from mgrpo.training.system import build_tools
 
     demo = cfg.demo
@@ -117,6 +119,7 @@ def variant_config(cfg: AblateConfig, variant: str, seed: int, paths: dict[str, 
 
 
 def run_ablation(cfg: AblateConfig) -> dict:
+    # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.config import RunConfig
     from mgrpo.training.loop import run_training
 
@@ -153,8 +156,6 @@ def finished_run(out_dir: Path, rounds: int) -> dict | None:
     """{"before", "after"} held-out metrics of a run that completed ``rounds`` rounds and
     its final evaluation (read back from its metrics.csv), else None: ``mgrpo ablate``
     run again skips the runs it has finished."""
-    from mgrpo.training.metrics import read_metrics
-
     state, after = out_dir / "state.json", out_dir / "eval_after_questions.json"
     if not state.exists() or not after.exists() or \
             json.loads(state.read_text()).get("completed_rounds") != rounds:
@@ -178,8 +179,6 @@ def plot_curves(cfg: AblateConfig, results: dict[str, list[dict]]) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from mgrpo.training.metrics import read_metrics
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 4))
     series = {v: [read_metrics(Path(r["out_dir"])) for r in runs] for v, runs in results.items()}
@@ -260,6 +259,7 @@ def paired_markdown(results: dict[str, list[dict]], seed: int = 0,
     """Lines of the paired comparison table: for each pair of variants and decoding mode,
     the difference of held-out accuracy after RL on the same questions and its 95% paired
     bootstrap interval (questions paired, seeds resampled per variant)."""
+    # on use: keeps torch, numpy out of this module's import
     from mgrpo.algo.paired import paired_bootstrap
 
     lines = ["Paired comparison after RL (same held-out questions; 95% bootstrap interval "

@@ -13,12 +13,13 @@ import json
 import statistics
 from pathlib import Path
 
+from mgrpo.training.ablate import paired_markdown
+from mgrpo.training.metrics import read_metrics
+
 
 def generated_tokens(run_dir: Path) -> list[float]:
     """Tokens sampled in each round: ``rollout/generated_tokens``, or for runs that predate
     it ``throughput/tokens_per_s * time/rollout_s`` (the same sum, divided then multiplied)."""
-    from mgrpo.training.metrics import read_metrics
-
     series = read_metrics(Path(run_dir))
     if "rollout/generated_tokens" in series:
         return [v for _, v in series["rollout/generated_tokens"]]
@@ -31,8 +32,6 @@ def generated_tokens(run_dir: Path) -> list[float]:
 
 def compare_markdown(arms: dict[str, list[str]], seed: int = 0) -> str:
     """Markdown: one row per arm, then the first arm minus each other arm, paired."""
-    from mgrpo.training.ablate import paired_markdown
-
     lines = ["| arm | runs | generated tokens per round | greedy after | sampled after |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for name, dirs in arms.items():

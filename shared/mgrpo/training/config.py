@@ -17,6 +17,10 @@ from pydantic import Field, field_validator, model_validator
 
 from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
 from mgrpo.engines.registry import engine_kind
+from mgrpo.envs.judges import check_judge_kind
+from mgrpo.envs.verifiers import check_verifier
+from mgrpo.plugins import import_plugins
+from mgrpo.tools import check_tool
 from mgrpo.training import aliases
 from mgrpo.training.loss_config import LossConfig, RewardWeights
 from mgrpo.training.metric_names import namespace_clash
@@ -31,6 +35,7 @@ from mgrpo.training.run_sections import (
     StageConfig,
 )
 from mgrpo.validation import StrictModel
+from mgrpo.workflows import get_workflow, prepare_run_data
 from mgrpo.workflows.config import WorkflowConfig
 
 __all__ = ["MAX_VERSION", "RUN_ID_PATTERN", "InitFrom", "JudgeConfig", "LLMVerifierConfig",
@@ -185,16 +190,12 @@ class RunConfig(StrictModel):
         if isinstance(data, dict) and isinstance(data.get("workflow"), WorkflowConfig):
             data = {**data, "workflow": data["workflow"].model_dump(exclude_unset=True)}
         if isinstance(data, dict) and isinstance(data.get("workflow"), dict):
-            from mgrpo.workflows import prepare_run_data
-
             return prepare_run_data(data)
         return data
 
     @property
     def flow(self):
         """The registered :class:`~mgrpo.workflows.Workflow` this run plays."""
-        from mgrpo.workflows import get_workflow
-
         return get_workflow(self.workflow.kind if self.workflow else "hierarchy")
 
     @property
@@ -276,8 +277,6 @@ class RunConfig(StrictModel):
     def _plugins(self) -> RunConfig:
         """Import ``plugins`` and resolve every import-path spec now, so a missing module,
         attribute or wrong signature is refused before anything runs."""
-        from mgrpo.plugins import import_plugins
-
         import_plugins(self.plugins)
         check_plugin_specs(self)
         return self
@@ -317,10 +316,6 @@ class RunConfig(StrictModel):
 def check_plugin_specs(cfg: RunConfig) -> None:
     """Resolve the config's tools, role_tools, verifier and judges (one-line errors naming
     the key, the spec and what was found)."""
-    from mgrpo.envs.judges import check_judge_kind
-    from mgrpo.envs.verifiers import check_verifier
-    from mgrpo.tools import check_tool
-
     for name in dict.fromkeys([*cfg.tools, *cfg.role_tools.values()]):
         check_tool(name, cfg.tools)
     check_verifier(cfg.verifier)

@@ -21,7 +21,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, model_validator
 
+from mgrpo.envs import BenchmarkConfig, build_benchmark
+from mgrpo.envs.demos import write_demos
+from mgrpo.envs.experts import ExpertErrors
+from mgrpo.models import TinyModelConfig, init_tiny, load_model
+from mgrpo.models.permissions import make_readable
 from mgrpo.training.config_yaml import map_paths
+from mgrpo.training.demo_recipe import claim
+from mgrpo.training.demo_spread import demo_spread
+from mgrpo.training.numerics import describe, pin
+from mgrpo.training.plots import plot_run
 from mgrpo.validation import StrictModel
 
 
@@ -92,6 +101,7 @@ class DemoConfig(StrictModel):
     @model_validator(mode="after")
     def _run_set_is_valid(self) -> DemoConfig:
         """A bad ``run_set`` fails now, not after ten minutes of warm start."""
+        # on use: keeps torch out of this module's import
         from mgrpo.training.config import RunConfig
 
         if self.run_set:
@@ -123,15 +133,11 @@ def pin_cpu(cfg: DemoConfig) -> dict:
     """The demo's kernels and thread count for this process (warm start and RL alike),
     before its first tensor operation (:mod:`mgrpo.training.numerics`); returns what is
     in use."""
-    from mgrpo.training.numerics import pin
-
     return pin(cfg.threads, cfg.cpu_kernels)
 
 
 def demo_benchmark(cfg: DemoConfig):
     """The demo's benchmark: the built-in generator with the demo's sizes and entities."""
-    from mgrpo.envs import BenchmarkConfig, build_benchmark
-
     entities = BenchmarkConfig().entities
     entities["train"] = dict(cfg.train_entities)
     for split, counts in cfg.held_out_entities.items():
@@ -146,9 +152,7 @@ def demo_benchmark(cfg: DemoConfig):
 def prepare(cfg: DemoConfig, t0: float) -> dict[str, str]:
     """Benchmark, demonstrations, tiny models and their warm start; returns model paths."""
 
-    from mgrpo.envs.demos import write_demos
-    from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.training.demo_recipe import claim
+    # on use: keeps torch out of this module's import
     from mgrpo.training.system import build_tools
 
     cpu = pin_cpu(cfg)
@@ -194,6 +198,7 @@ def tokenizer_texts(bench, sft_files: list[Path]) -> list[str]:
     """What the tokenizer is trained on: TRAINING documents and demonstrations only, so
     test entities' names decompose into pieces (syllables) the models were trained on, not
     into tokens nobody ever trained."""
+    # on use: keeps torch out of this module's import
     from mgrpo.models.sft import load_sft_jsonl
 
     train_docs = {e.doc_id for e in bench.kg.entities if e.split == "train"}
@@ -206,10 +211,9 @@ def tokenizer_texts(bench, sft_files: list[Path]) -> list[str]:
 def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[str],
                t0: float) -> str:
     """A tiny model ``name`` built and SFT-trained on ``data``; a finished one is reused."""
+    # on use: keeps torch out of this module's import
     import torch
 
-    from mgrpo.models import TinyModelConfig, init_tiny, load_model
-    from mgrpo.models.permissions import make_readable
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, save_metrics, train_sft
 
     target = sft_dir(cfg, name)
@@ -236,6 +240,7 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
 
 def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
     """The RL run's config fields: the demo's settings, then ``cfg.run_set`` over them."""
+    # on use: keeps torch out of this module's import
     from mgrpo.training.config import apply_overrides
 
     return apply_overrides(copy.deepcopy({
@@ -260,11 +265,9 @@ def table(before: dict, after: dict) -> str:
 
 
 def run_demo(cfg: DemoConfig, log_every: int = 1) -> dict:
+    # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.demo_spread import demo_spread
     from mgrpo.training.loop import run_training
-    from mgrpo.training.numerics import describe
-    from mgrpo.training.plots import plot_run
 
     t0 = time.perf_counter()
     paths = prepare(cfg, t0)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+from mgrpo.progress import progress_bar
+from mgrpo.training.episodes import SubagentCall, mix_seed
 from mgrpo.training.rounds import collect, score
 from mgrpo.training.run_state import write_json_atomic
 from mgrpo.training.scoring import expert_verdicts
+from mgrpo.training.subagents import run_subagent_calls
 from mgrpo.training.system import out_path
 
 
@@ -61,9 +64,6 @@ def evaluate_subagent(system, role: str, questions: list, greedy: bool, seed: in
     """``role`` alone on the gold subtasks of ``questions`` (the tasks a perfect planner
     would give it): its own correctness (r_expert, the run's judge) and format validity,
     free of the planner's errors. Returns ``eval/{mode}/{role}_alone/*``."""
-    from mgrpo.training.episodes import SubagentCall, mix_seed
-    from mgrpo.training.subagents import run_subagent_calls
-
     calls = [SubagentCall(key=("eval-alone", q.id, 0), role=role, task=st.task, invocation=i,
                           seed=mix_seed(seed, q.id, i))
              for q in questions for i, st in enumerate(s for s in q.subtasks if s.agent == role)]
@@ -87,8 +87,6 @@ def evaluate_both(system, test: list, logger, tag: str, step: int) -> dict:
     ``eval_{tag}.json`` (and each question's to ``eval_{tag}_questions.json``) and logged by
     ``logger`` (a ``MetricsLogger``) at ``step`` = rounds of updates so far (round metrics at
     step r describe round r's rollouts, made before its update)."""
-    from mgrpo.progress import progress_bar
-
     started = time.perf_counter()
     out = {}
     questions: dict[str, dict[str, float]] = {}

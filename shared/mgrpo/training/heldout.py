@@ -19,6 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+from mgrpo.envs import build_benchmark, load_benchmark
+from mgrpo.models.checkpoint import latest_version, load_checkpoint, version_uri
+
 Stage = int | Literal["all"] | None
 
 
@@ -53,7 +56,7 @@ def load_trained(system) -> dict[str, int]:
     """Load the latest checkpoint of each model of ``system``'s run (its ``out_dir`` and
     ``name``) into the model in place; returns {model: version}. Models the run never
     checkpointed (frozen ones) keep their ``path`` weights; no checkpoint at all is an error."""
-    from mgrpo.models.checkpoint import latest_version, load_checkpoint, version_uri
+    # on use: keeps torch out of this module's import
     from mgrpo.training.run_state import run_dirs, sync_sampler
 
     root, _ = run_dirs(system.cfg)
@@ -73,8 +76,6 @@ def load_trained(system) -> dict[str, int]:
 def other_seed_benchmark(bench_dir: str | Path, seed: int, out: str | Path) -> Path:
     """Build (once) the benchmark of ``bench_dir``'s config with generator ``seed`` into
     ``out``: new entities, documents and questions from the same templates and sizes."""
-    from mgrpo.envs import build_benchmark, load_benchmark
-
     out = Path(out)
     if (out / "benchmark.json").exists():
         built = load_benchmark(out)

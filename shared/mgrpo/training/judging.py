@@ -23,6 +23,7 @@ import logging
 import threading
 from typing import Any
 
+from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.judges import (
     DEFAULT_EXPERT_PROMPT,
     ExpertJudges,
@@ -32,6 +33,7 @@ from mgrpo.envs.judges import (
 )
 from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, LLMJudgeVerifier, RuleExpertJudge
 from mgrpo.envs.verifiers import GuardedVerifier, make_verifier
+from mgrpo.models import load_model, load_tokenizer
 from mgrpo.plugins import load_object
 from mgrpo.training.config import JudgeConfig, LLMVerifierConfig, RunConfig
 
@@ -43,14 +45,12 @@ def _judge_engine(cfg: RunConfig, judge: JudgeConfig | LLMVerifierConfig,
                   engines: dict[str, tuple[Any, Any]], device: str) -> tuple[Any, Any]:
     path = cfg.models[judge.model].path
     if judge.url:
+        # on use: keeps httpx out of this module's import
         from mgrpo.engines.remote import RemoteEngine
-        from mgrpo.models import load_tokenizer
 
         return RemoteEngine(judge.url, model=judge.model), load_tokenizer(path)
     if judge.model in engines:
         return engines[judge.model]
-    from mgrpo.engines.torch_engine import TorchEngine
-    from mgrpo.models import load_model
 
     with _LOAD_LOCK:  # from_pretrained is not thread-safe (trainers share a process in tests)
         model, tokenizer = load_model(path, device=device)

@@ -32,6 +32,7 @@ from mgrpo.training.round_store import (  # noqa: F401 - re-exported
     staleness_metrics,
 )
 from mgrpo.training.rounds import collect, sample_questions
+from mgrpo.training.run_lock import own_run_folder
 from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.run_state import (  # noqa: F401 - re-exported
     STATE_FILE,
@@ -75,8 +76,6 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     The run owns ``out_dir`` meanwhile (:mod:`mgrpo.training.run_lock`): a folder another
     live process trains in is refused, and a start that fails before its first round is
     committed leaves the folder as it found it."""
-    from mgrpo.training.run_lock import own_run_folder
-
     with own_run_folder(Path(cfg.out_dir)):  # the run's workflow trains it (mgrpo.workflows)
         return cfg.flow.train(cfg, resume, progress, stop_after, log_every)
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mgrpo.progress import format_line, log_line, progress_bar
+from mgrpo.training.wandb_sink import WandbSink
 from mgrpo.training.watch import RunWatch
 
 # What a round's log line shows, in this order: the training episodes' accuracy and format
@@ -57,7 +58,6 @@ class MetricsLogger:
         self.run_name = run_name
         self._wandb = None
         if "wandb" in report_to:  # first: a missing package stops before any file is opened
-            from mgrpo.training.wandb_sink import WandbSink
 
             self._wandb = WandbSink(directory=out_dir, config=config)
         self._csv_path = out_dir / "metrics.csv"

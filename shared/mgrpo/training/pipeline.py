@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from mgrpo.algo.staleness import Admission
+from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.training.round_store import finish_round, open_round, round_id_of
 from mgrpo.training.rounds import collect, sample_questions
 from mgrpo.training.run_state import sync_sampler
@@ -57,8 +58,6 @@ class SampledRound:
 def sampler_system(system):
     """A view of ``system`` whose trained models sample from their own copies (frozen ones
     share the trainer's engine): what the generation thread plays with."""
-    from mgrpo.engines.torch_engine import TorchEngine
-
     models = {}
     for name, lm in system.models.items():
         if lm.optimizer is None:

@@ -35,7 +35,12 @@ import os
 
 import torch
 
+from mgrpo.algo.kl import sequence_kl_penalty
+from mgrpo.algo.kl_control import next_kl_coef
+from mgrpo.models import load_model
+from mgrpo.models.logprobs import right_pad, token_logprobs
 from mgrpo.models.lora import is_lora_model
+from mgrpo.parallel.sharding import shard
 from mgrpo.training.config import LossConfig, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,6 @@ log = logging.getLogger(__name__)
 
 def load_reference(path: str, device: str | torch.device = "cpu") -> torch.nn.Module:
     """A frozen model from ``path``: eval mode, ``requires_grad = False`` everywhere."""
-    from mgrpo.models import load_model
-
     model, _ = load_model(path, device=str(device))
     model.eval()
     model.requires_grad_(False)
@@ -97,8 +100,6 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
         if model_cfg.dtype == "bfloat16":  # frozen: no float32 master copy needed
             ref = ref.to(torch.bfloat16)
         if sharded:
-            from mgrpo.parallel.sharding import shard
-
             ref = shard(ref, "fsdp", str(device))
         log.info("model %s (run %s): KL reference loaded from %s%s", lm.name, run_id, key[1],
                  " (FSDP2-sharded over the ranks)" if sharded else "")
@@ -126,8 +127,6 @@ def update_kl_coef(lm, loss, penalties: list[float]) -> float:
     sequence, ``coef * sum_t k_t``) by ``loss.kl_control`` (:func:`mgrpo.algo.kl_control.
     next_kl_coef`, the mean sequence KL and the number of sequences) and keep it in the
     optimizer state. Returns the new coefficient."""
-    from mgrpo.algo.kl_control import next_kl_coef
-
     coef = current_kl_coef(lm, loss)
     if loss.kl_control == "fixed" or lm.optimizer is None or not penalties or coef <= 0:
         return coef
@@ -145,9 +144,6 @@ def reward_kl_penalties(lm, trajs: list, cfg) -> list[float]:
     sampler's logprobs (``Trajectory.old_logprobs``, at the sampling temperature) and pi_ref
     one no-grad pass of the reference at the same temperature, and the model's current
     coefficient (:func:`current_kl_coef`). Zeros when the KL is off or in the loss."""
-    from mgrpo.algo.kl import sequence_kl_penalty
-    from mgrpo.models.logprobs import right_pad, token_logprobs
-
     loss = cfg.loss
     if not trajs or not (loss.kl_in_reward and loss.kl_coef > 0):
         return [0.0] * len(trajs)

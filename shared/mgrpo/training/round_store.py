@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
 from mgrpo.training.rounds import observed_d, score, train_model
 from mgrpo.training.run_state import save_state
@@ -131,8 +132,6 @@ def ingest_episodes(store, round_id: str, episodes, outcomes) -> None:
 def publish_stats(store, round_id: str, model: str, stats) -> None:
     """Publish ``model``'s group statistics of every role in one store transaction
     (``store.publish_model_stats``): a model is published whole or not at all."""
-    from mgrpo.store import GroupStatIn
-
     rows: dict[str, list] = {}
     for s in stats:
         rows.setdefault(s.agent, []).append(

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from mgrpo.envs.chat_format import TOOL_CALL_PARSERS
 from mgrpo.validation import StrictModel
 
 
@@ -89,8 +90,6 @@ class ProtocolConfig(StrictModel):
     @field_validator("tool_call_format")
     @classmethod
     def _known_parser(cls, name: str) -> str:
-        from mgrpo.envs.chat_format import TOOL_CALL_PARSERS
-
         if name not in TOOL_CALL_PARSERS:
             raise ValueError(f"unknown tool_call_format {name!r}; known: "
                              f"{sorted(TOOL_CALL_PARSERS)}")

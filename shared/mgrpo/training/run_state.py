@@ -19,6 +19,18 @@ from pathlib import Path
 
 import torch
 
+from mgrpo.models.checkpoint import (
+    clean_leftovers,
+    discard_version,
+    latest_version,
+    list_versions,
+    load_checkpoint,
+    prune_versions,
+    run_root,
+    save_checkpoint,
+    version_uri,
+)
+from mgrpo.models.lora import is_lora_model
 from mgrpo.training.config import RunConfig
 from mgrpo.training.system import System, out_path
 
@@ -35,16 +47,12 @@ def run_dirs(cfg: RunConfig, run_id: str | None = None,
              out_dir: str | None = None) -> tuple[str, Path]:
     """(checkpoint root, optimizer folder) of run ``run_id`` (default: ``cfg.name``) in
     ``out_dir`` (default: ``cfg.out_dir``)."""
-    from mgrpo.models.checkpoint import run_root
-
     run_id, out_dir = run_id or cfg.name, out_dir or cfg.out_dir
     root = run_root(str(Path(out_dir) / "checkpoints"), run_id)
     return root, Path(out_dir) / "optim" / run_id
 
 
 def save_state(system: System, round_index: int) -> None:
-    from mgrpo.models.checkpoint import prune_versions, save_checkpoint
-
     ckpt_root, optim_dir = run_dirs(system.cfg)
     optim_dir.mkdir(parents=True, exist_ok=True)
     for lm in system.models.values():
@@ -73,8 +81,6 @@ def sync_sampler(lm, uri: str) -> None:
     process (a TorchEngine over a copy) takes the trainer's tensors, copied in place (no disk
     read); any other sampler (e.g. a VLLMEngine put in ``lm.engine``) loads the checkpoint:
     a LoRA model's holds only the adapter, so only the adapter is pushed."""
-    from mgrpo.models.lora import is_lora_model
-
     sampler_model = getattr(lm.engine, "model", None)
     if sampler_model is lm.model:
         lm.engine.version = lm.version
@@ -98,8 +104,6 @@ def clean_uncommitted(cfg: RunConfig, models: list[str]) -> list[str]:
     """Remove what a killed run left behind: temp folders and files, and (when the state
     file is this run's) versions and optimizer files after the state file's. Returns what
     was removed."""
-    from mgrpo.models.checkpoint import clean_leftovers, discard_version, list_versions
-
     done = _committed_rounds(cfg)
     ckpt_root, optim_dir = run_dirs(cfg)
     removed = []
@@ -123,13 +127,6 @@ def clean_uncommitted(cfg: RunConfig, models: list[str]) -> list[str]:
 def start_weights(system: System, resume: bool) -> int:
     """Clean leftovers; then resume (``resume``), or start fresh (from ``init_from`` if the
     config names a run). Returns the rounds already done."""
-    from mgrpo.models.checkpoint import (
-        latest_version,
-        list_versions,
-        load_checkpoint,
-        version_uri,
-    )
-
     cfg = system.cfg
     trained = [lm.name for lm in system.models.values() if lm.optimizer is not None]
     clean_uncommitted(cfg, trained)
@@ -158,8 +155,6 @@ def start_weights(system: System, resume: bool) -> int:
 
 def _restore_state(system: System) -> int:
     """Load the last complete round's weights and optimizer state; returns rounds done."""
-    from mgrpo.models.checkpoint import load_checkpoint, version_uri
-
     done = _committed_rounds(system.cfg)
     if done is None:
         raise FileExistsError(

@@ -20,10 +20,15 @@ from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
 from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.models import load_model
+from mgrpo.models.lora import apply_lora
+from mgrpo.sandbox.local import LocalSandbox
+from mgrpo.tools import build_configured_tool
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
 from mgrpo.training.judging import build_expert_judges, build_verifier
+from mgrpo.training.precision import make_optimizer, prepare_for_training
 from mgrpo.training.subagents import LocalSubagentPool
 from mgrpo.workflows.hierarchy import delegation_tree
 
@@ -97,13 +102,9 @@ def tool_resources(bench_dir: str, sandbox: Any = None) -> dict[str, Any]:
     the benchmark's corpus and the sandbox executor (``sandbox``, default an in-process
     ``LocalSandbox``). Each is made only when a tool asks for it."""
     def corpus():
-        from mgrpo.envs import load_benchmark
-
         return load_benchmark(bench_dir).corpus
 
     def executor():
-        from mgrpo.sandbox.local import LocalSandbox
-
         return sandbox if sandbox is not None else LocalSandbox()
 
     return {"corpus": corpus, "executor": executor}
@@ -114,8 +115,6 @@ def build_tools(bench: Any, roles: list[str], sandbox: Any = None,
                 role_tools: dict[str, str] | None = None) -> dict[str, Any]:
     """role -> tool instance, each built by ``mgrpo.tools.build_configured_tool`` from the
     run config's ``tools:`` (``tool_cfg``) and ``role_tools``."""
-    from mgrpo.tools import build_configured_tool
-
     resources = {"corpus": lambda: bench.corpus,
                  "executor": tool_resources("", sandbox)["executor"]}
     return {role: build_configured_tool(role_tool_name(role, role_tools), tool_cfg, resources)
@@ -142,10 +141,6 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
     samples from the trained model itself; any other engine starts on ``models.<m>.path`` and
     gets each new checkpoint through its ``load_weights``
     (:func:`mgrpo.training.run_state.sync_sampler`)."""
-    from mgrpo.models import load_model
-    from mgrpo.models.lora import apply_lora
-    from mgrpo.training.precision import make_optimizer, prepare_for_training
-
     specs = model_engines(cfg)
     torch.manual_seed(cfg.seed)
     models: dict[str, LoadedModel] = {}

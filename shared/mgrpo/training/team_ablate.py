@@ -29,6 +29,11 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from mgrpo.envs.worlds import build_world
+from mgrpo.envs.worlds.demos import expert_demos
+from mgrpo.models import load_model
+from mgrpo.models.checkpoint import version_uri
+from mgrpo.training.ablate import finished_run, mean_ci
 from mgrpo.validation import StrictModel
 
 REPLACED = ("roles", "models")  # sections an arm replaces whole
@@ -91,6 +96,7 @@ def merge(base: dict, overrides: dict) -> dict:
 
 def arm_config(cfg: TeamAblateConfig, arm: str, seed: int, paths: dict | None = None):
     """The RunConfig of ``arm`` at ``seed`` (model paths from ``paths`` when warm-started)."""
+    # on use: keeps torch out of this module's import
     from mgrpo.training.config import RunConfig
 
     data = merge(cfg.base, cfg.arms[arm])
@@ -129,10 +135,8 @@ def load_team_ablate(path: str | Path, data: dict | None = None) -> TeamAblateCo
 def warm_paths(cfg: TeamAblateConfig) -> dict[str, dict[str, str]]:
     """{arm: {model: warm-started checkpoint}}: one SFT run per (world, its options, roles
     the model plays, start path), shared by the arms that need the same one."""
-    from mgrpo.envs.worlds import build_world
-    from mgrpo.envs.worlds.demos import expert_demos
-    from mgrpo.models import load_model
-    from mgrpo.models.checkpoint import latest_version, save_checkpoint, version_uri
+    # on use: keeps torch out of this module's import
+    from mgrpo.models.checkpoint import latest_version, save_checkpoint
     from mgrpo.models.sft import SFTConfig, train_sft
 
     ws, root = cfg.warm_start, str(Path(cfg.out_dir) / "warm")
@@ -165,7 +169,7 @@ def warm_paths(cfg: TeamAblateConfig) -> dict[str, dict[str, str]]:
 def swapped_eval(run_cfg, roles: list[str], test_out: Path) -> dict | None:
     """The trained team of ``run_cfg`` with the models of ``roles`` exchanged, evaluated
     greedily on the held-out tasks; None when one model plays both roles."""
-    from mgrpo.models.checkpoint import version_uri
+    # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.config import RunConfig
     from mgrpo.training.run_state import run_dirs
     from mgrpo.training.team_round import build_team_system, evaluate_team_tasks, write_task_scores
@@ -197,7 +201,7 @@ def swapped_eval(run_cfg, roles: list[str], test_out: Path) -> dict | None:
 
 
 def run_team_ablation(cfg: TeamAblateConfig) -> dict[str, list[dict]]:
-    from mgrpo.training.ablate import finished_run
+    # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.loop import run_training
 
     t0 = time.perf_counter()
@@ -247,8 +251,8 @@ def task_scores(runs: list[dict]) -> dict[str, float]:
 
 def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
                   wall_s: float) -> str:
+    # on use: keeps torch, numpy out of this module's import
     from mgrpo.algo.paired import paired_bootstrap
-    from mgrpo.training.ablate import mean_ci
 
     base = arm_config(cfg, cfg.first(), cfg.seeds[0])
     lines = [f"Seeds {cfg.seeds}; {cfg.test_tasks} held-out tasks of {base.workflow.world}'s "

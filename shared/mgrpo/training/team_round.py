@@ -29,14 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mgrpo.envs.worlds import SPLITS, build_world
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
+from mgrpo.training.heldout import load_trained
 from mgrpo.training.metrics import MetricsLogger
 from mgrpo.training.round_store import open_round, round_id_of
 from mgrpo.training.rounds import sample_questions
 from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
+from mgrpo.training.run_state import save_state
 from mgrpo.training.system import LoadedModel, load_models
 from mgrpo.training.tree_round import train_tree_models, tree_seed
+from mgrpo.workflows import EvalRefused
 from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
 
 
@@ -59,8 +63,6 @@ class TeamSystem:
 
 
 def build_team_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> TeamSystem:
-    from mgrpo.envs.worlds import build_world
-
     models = load_models(cfg, device)
     options = dict(cfg.workflow.world_options)
     if sandbox is not None:
@@ -118,8 +120,6 @@ def role_metrics(episodes: list[TeamEpisode], roles: tuple[str, ...],
 
 def run_team_round(system: TeamSystem, store, run_id: str, round_index: int,
                    pool: list) -> dict[str, float]:
-    from mgrpo.training.run_state import save_state
-
     cfg = system.cfg
     round_id = round_id_of(run_id, round_index)
     tasks = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
@@ -167,10 +167,6 @@ def evaluate_team_run(cfg: RunConfig, split: str, n: int, greedy: bool = True,
     """``mgrpo eval`` on a ``turn_team`` run: :func:`evaluate_team` on the first ``n`` tasks
     of the world's ``split`` (the config's seed), played by the run's latest checkpoints
     (``checkpoints``) or the models' starting paths; the metrics plus what was evaluated."""
-    from mgrpo.envs.worlds import SPLITS
-    from mgrpo.training.heldout import load_trained
-    from mgrpo.workflows import EvalRefused
-
     if split not in SPLITS:
         raise EvalRefused(f"--split {split!r}: a world's splits are {', '.join(SPLITS)}",
                           "pass --split test (the default), dev or train")

@@ -22,6 +22,13 @@ import os
 import tempfile
 from pathlib import Path
 
+import mgrpo
+from mgrpo.envs import BenchmarkConfig, build_benchmark
+from mgrpo.envs.demos import write_demos
+from mgrpo.envs.experts import ExpertErrors
+from mgrpo.models import TinyModelConfig, init_tiny, load_model
+from mgrpo.training.inline import write_inline_demos
+
 SMALL = {"train": {"city": 12, "person": 16, "company": 8},
          "dev": {"city": 6, "person": 8, "company": 4},
          "test": {"city": 6, "person": 8, "company": 4}}
@@ -44,8 +51,6 @@ def asset_key(sft_steps: int, stage: int = 1) -> str:
     """Cache key of :func:`prepare`: its settings and the source of the code that makes the
     assets (a change there builds new ones instead of reusing stale files)."""
     import hashlib
-
-    import mgrpo
 
     settings = f"v1|sft_steps={sft_steps}|{SMALL}" + ("" if stage == 1 else f"|stage={stage}")
     digest = hashlib.sha256(settings.encode())
@@ -93,14 +98,10 @@ def prepare(root: Path, sft_steps: int = 60, stage: int = 1) -> dict[str, Path]:
     and a single-agent model (``single``: SFT'd on the inline form of the same
     demonstrations, for ``algorithm: grpo``, with the planner's and the sub-agents' steps
     together)."""
+    # on use: keeps torch out of this module's import
     import torch
 
-    from mgrpo.envs import BenchmarkConfig, build_benchmark
-    from mgrpo.envs.demos import write_demos
-    from mgrpo.envs.experts import ExpertErrors
-    from mgrpo.models import TinyModelConfig, init_tiny, load_model
     from mgrpo.models.sft import SFTConfig, load_sft_jsonl, train_sft
-    from mgrpo.training.inline import write_inline_demos
     from mgrpo.training.system import build_tools
 
     bench = build_benchmark(BenchmarkConfig(seed=0, n_train=120, n_dev=40, n_test=40,

@@ -22,6 +22,7 @@ from typing import Any
 
 from mgrpo.envs.demos import pick_questions
 from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.progress import progress_bar
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeJob, EpisodeRunner, mix_seed
 from mgrpo.training.judging import build_verifier
@@ -49,8 +50,6 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
                       batch_size: int = 16, progress: bool = False) -> dict:
     """Play ``samples`` rollouts of ``n`` questions of ``split`` with ``engine`` in every
     role and write the correct ones; returns the summary."""
-    from mgrpo.progress import progress_bar
-
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, None, cfg.tools, cfg.role_tools)
     turn_format = make_turn_format(cfg.protocol.format, tokenizer,

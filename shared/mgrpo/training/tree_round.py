@@ -16,9 +16,13 @@ from typing import Any
 import torch
 
 from mgrpo.algo import at_grpo_advantages
+from mgrpo.store.records import PlannerOutcomeIn
+from mgrpo.training import rounds
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import mix_seed
 from mgrpo.training.round_store import open_round, publish_stats, round_id_of
+from mgrpo.training.rounds import sample_questions
+from mgrpo.training.run_state import save_state
 from mgrpo.training.scoring import GroupStat, Sample, frac_zero_std, score_episode
 from mgrpo.training.tree import TreeEpisode, TreeSampler
 from mgrpo.types import Trajectory
@@ -68,8 +72,6 @@ def train_tree_model(lm, roles: list[str], trajs: list[Trajectory], cfg: RunConf
     """One model's share of an AT-GRPO round: its roles' candidates -> samples and group
     statistics, ``{role}/turn_reward_mean`` and ``{role}/samples``, then the update (none
     for a frozen model). Returns (metrics, stats)."""
-    from mgrpo.training.rounds import update_model
-
     trajs = [t for t in trajs if t.agent in roles]
     samples, stats = at_grpo_samples(trajs, cfg)
     metrics: dict[str, float] = {}
@@ -80,7 +82,7 @@ def train_tree_model(lm, roles: list[str], trajs: list[Trajectory], cfg: RunConf
             metrics[f"{role}/samples"] = float(len(rewards))
         if role_stats := [s for s in stats if s.agent == role]:
             metrics[f"{role}/frac_reward_zero_std"] = frac_zero_std(role_stats)
-    metrics.update(update_model(lm, samples, cfg, round_index))
+    metrics.update(rounds.update_model(lm, samples, cfg, round_index))
     return metrics, stats
 
 
@@ -88,8 +90,6 @@ def ingest_trees(store, round_id: str, trees: list[TreeEpisode], cfg: RunConfig,
                  verifier: Any) -> None:
     """Candidates into the store, one rollout per candidate slot k (its candidates of every
     turn); each slot also gets the greedy path's outcome, the episode all K belong to."""
-    from mgrpo.store.records import PlannerOutcomeIn
-
     for tree in trees:
         qid = tree.question.id
         correct, reward = score_episode(tree.answer, tree.format_ok, tree.question.answer,
@@ -128,9 +128,6 @@ def run_at_grpo_round(system, store, run_id: str, round_index: int, pool: list) 
     store -> each model's trainer reads its candidates back, publishes its group statistics
     and updates -> checkpoint."""
     import time
-
-    from mgrpo.training.rounds import sample_questions
-    from mgrpo.training.run_state import save_state
 
     cfg = system.cfg
     round_id = round_id_of(run_id, round_index)

@@ -1,6 +1,7 @@
 """Registered multi-agent workflows (:mod:`mgrpo.workflows.base`): ``hierarchy`` and
 ``turn_team``; a user's from their ``plugins:``."""
 
+from mgrpo.plugins import import_plugins
 from mgrpo.workflows.base import (
     EvalRefused,
     EvalRequest,
@@ -19,8 +20,6 @@ from mgrpo.workflows.turn_team import TURN_TEAM, TurnTeam
 def prepare_run_data(data: dict) -> dict:
     """A run config's raw fields, as its workflow fills them before validation (its
     ``plugins:`` imported first, so a plug-in's workflow is known)."""
-    from mgrpo.plugins import import_plugins
-
     flow = data.get("workflow")
     if not isinstance(flow, dict):
         return data

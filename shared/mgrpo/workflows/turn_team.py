@@ -19,13 +19,12 @@ is named. Training in this process: ``mgrpo.training.team_round``; through the s
 
 from __future__ import annotations
 
+from mgrpo.envs.worlds import build_world
 from mgrpo.workflows.base import Workflow, register_workflow
 
 
 def world_roles(name: str) -> tuple[str, ...]:
     """The roles of registered world ``name``, in turn order (built with no options)."""
-    from mgrpo.envs.worlds import build_world
-
     return tuple(build_world(name).roles)
 
 
@@ -78,7 +77,6 @@ class TurnTeam(Workflow):
     def max_turns(self, cfg) -> int:
         if cfg.workflow.max_turns is not None:
             return cfg.workflow.max_turns
-        from mgrpo.envs.worlds import build_world
 
         return build_world(cfg.workflow.world, **cfg.workflow.world_options).max_turns
 
@@ -87,6 +85,7 @@ class TurnTeam(Workflow):
         return cfg.at_grpo_alpha if alpha is None else alpha
 
     def train(self, cfg, resume, progress, stop_after, log_every):
+        # here, not at the top: mgrpo.training.team_round imports this module (a circle)
         from mgrpo.training.team_round import run_team_training
 
         return run_team_training(cfg, resume, progress, stop_after, log_every)

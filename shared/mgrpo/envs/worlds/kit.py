@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mgrpo.envs.worlds.base import Malformed, Turn, WorldState, WorldTask
+from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.sandbox.types import ExecRequest
 from mgrpo.tools.python import Executor, refusal_of
 
@@ -115,8 +116,6 @@ class CodeRun:
 
 def default_executor() -> Executor:
     """The in-process jail (:class:`mgrpo.sandbox.local.LocalSandbox`)."""
-    from mgrpo.sandbox.local import LocalSandbox
-
     return LocalSandbox()
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.worlds.base import SPLITS, Malformed, Turn, WorldState, WorldTask
+from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.sandbox.types import ExecRequest
 
 _BUCKETS = {"train": range(0, 14), "dev": range(14, 16), "test": range(16, 20)}
@@ -112,7 +113,6 @@ class ToolPlanWorld:
     @property
     def sandbox(self) -> Any:
         if self._sandbox is None:  # the in-process jail, made on first use
-            from mgrpo.sandbox.local import LocalSandbox
 
             self._sandbox = LocalSandbox()
         return self._sandbox
