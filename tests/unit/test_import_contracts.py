@@ -8,11 +8,15 @@
   or in a function.
 - No first-party import circle at module level (the imports a module runs when it is
   imported, ``if TYPE_CHECKING:`` blocks left out). A function-level import does not count.
+- A first-party import inside a function in the library says why it is there: a comment on
+  its line or on the line above its block of imports (an import circle, or what it keeps out
+  of the CLI's start or of a light module's import).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -173,6 +177,49 @@ def test_algo_imports_only_algo_torch_numpy_pydantic_and_the_standard_library():
             bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not bad, "mgrpo.algo is pure math (torch, numpy, pydantic, stdlib):\n" + \
         "\n".join(bad)
+
+
+IMPORT_LINE = re.compile(r"^\s*(from \S+ import|import \S)|^\s*\)\s*$|^\s*[\w, ]+,\s*$")
+
+
+def unexplained_imports(path: Path) -> list[int]:
+    """Lines of first-party imports inside functions with no comment on the line or above
+    their block (the imports and blank lines right before it)."""
+    lines = path.read_text().splitlines()
+    out = []
+    for node in ast.walk(ast.parse("\n".join(lines), filename=str(path))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for child in ast.walk(node):
+            first_party = isinstance(child, ast.ImportFrom) and not child.level and \
+                (child.module or "").split(".")[0] == "mgrpo" or \
+                isinstance(child, ast.Import) and any(a.name.split(".")[0] == "mgrpo"
+                                                      for a in child.names)
+            if not first_party or "#" in lines[child.lineno - 1]:
+                continue
+            above = child.lineno - 2
+            while above >= 0 and (not lines[above].strip() or IMPORT_LINE.match(lines[above])):
+                above -= 1
+            if above < 0 or not lines[above].strip().startswith("#"):
+                out.append(child.lineno)
+    return out
+
+
+def test_function_level_first_party_imports_say_why():
+    bad = [f"{path.relative_to(ROOT)}:{line}" for name, path in sources().items()
+           if name.startswith("mgrpo") for line in unexplained_imports(path)]
+    assert not bad, "a first-party import inside a function with no comment saying why " \
+        "(move it to the top, or say which circle or heavy import it avoids):\n" + \
+        "\n".join(bad)
+
+
+def test_the_why_check_sees_a_silent_function_level_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import os\n\n\ndef f():\n    x = 1\n\n    from mgrpo import a\n"
+                      "\n\ndef g():\n    # on use: a circle through mgrpo.b\n"
+                      "    import json\n\n    from mgrpo.b import (\n        c,\n    )\n"
+                      "    from mgrpo import d\n    from mgrpo import e  # why\n")
+    assert unexplained_imports(source) == [7]
 
 
 def in_room(name: str, room: str) -> bool:
