@@ -95,7 +95,7 @@ def process_payload(payload: bytes | str | dict, handler: Handler, *,
 
 def failure_outcome(error: Exception, consumer: str, message: Message | None) -> Outcome:
     """``retry`` for an infrastructure failure, else ``dead_letter`` with the reason."""
-    # here, not at the top: mgrpo.bus.errors imports this module (a circle)
+    # here, not at the top: an import circle through mgrpo.bus.errors
     from mgrpo.bus.errors import is_transient
 
     key = message.idempotency_key if message is not None else "?"

@@ -73,7 +73,7 @@ def _tokenizer(path: str, tokenizer: Any) -> Any:
 
 def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
            tokenizer: Any = None) -> BuiltEngine:
-    # here, not at the top: mgrpo.engines.torch_engine imports this module (a circle)
+    # here, not at the top: an import circle through mgrpo.engines.torch_engine
     from mgrpo.engines.torch_engine import TorchEngine
 
     if model is None:
@@ -88,7 +88,7 @@ def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = Non
 
 def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
           tokenizer: Any = None) -> BuiltEngine:
-    # here, not at the top: mgrpo.engines.vllm_engine imports this module (a circle)
+    # here, not at the top: an import circle through mgrpo.engines.vllm_engine
     from mgrpo.engines.vllm_engine import INSTALL_HINT, VLLMEngine
 
     if importlib.util.find_spec("vllm") is None:
@@ -101,7 +101,7 @@ def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None
 
 def _remote(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
             tokenizer: Any = None) -> BuiltEngine:
-    # here, not at the top: mgrpo.engines.remote imports this module (a circle)
+    # here, not at the top: an import circle through mgrpo.engines.remote
     from mgrpo.engines.remote import RemoteEngine
 
     if lora is not None:

@@ -111,7 +111,7 @@ def _search(kg: KnowledgeGraph, attr: str, entity: str, template: str) -> Subtas
 
 
 def _code(expression: str, template: str) -> Subtask:
-    # here, not at the top: mgrpo.envs.arith imports this module (a circle)
+    # here, not at the top: an import circle through mgrpo.envs.arith
     from mgrpo.envs.arith import evaluate_arithmetic
 
     return Subtask(agent="coder", task=expression, answer=evaluate_arithmetic(expression),

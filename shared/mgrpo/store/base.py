@@ -90,7 +90,7 @@ class StoreBase:
         clock whatever each machine's says; SQLite is one machine's file: its clock."""
         if self.dialect == "postgresql":
             return func.now()
-        # here, not at the top: mgrpo.store.models imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.store.models
         from mgrpo.store.models import utcnow
 
         return utcnow()

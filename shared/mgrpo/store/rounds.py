@@ -235,7 +235,7 @@ class RoundsMixin(StoreBase):
     def stalled_seconds(self) -> dict[str, float]:
         """Seconds since each unfinished round last progressed (it started, a rollout
         completed, a model published its group statistics), by the store's clock."""
-        # here, not at the top: mgrpo.store.models imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.store.models
         from mgrpo.store.models import GroupStat
 
         last_rollout = (select(func.max(Rollout.completed_at))

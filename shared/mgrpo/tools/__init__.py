@@ -19,12 +19,12 @@ __all__ = ["PROVIDED", "ROLE_TOOLS", "Tool", "build_configured_tool", "build_too
 def __getattr__(name: str):
     # SearchTool imports bm25s; load it only when asked for.
     if name == "SearchTool":
-        # here, not at the top: mgrpo.tools.search imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.tools.search
         from mgrpo.tools.search import SearchTool
 
         return SearchTool
     if name == "PythonTool":
-        # here, not at the top: mgrpo.tools.python imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.tools.python
         from mgrpo.tools.python import PythonTool
 
         return PythonTool

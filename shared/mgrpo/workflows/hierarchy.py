@@ -125,7 +125,7 @@ class Hierarchy(Workflow):
         return cfg.sampling.planner_max_turns
 
     def train(self, cfg, resume, progress, stop_after, log_every):
-        # here, not at the top: mgrpo.training.loop imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.training.loop
         from mgrpo.training.loop import run_hierarchy
 
         return run_hierarchy(cfg, resume, progress, stop_after, log_every)

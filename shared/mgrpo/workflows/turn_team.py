@@ -85,7 +85,7 @@ class TurnTeam(Workflow):
         return cfg.at_grpo_alpha if alpha is None else alpha
 
     def train(self, cfg, resume, progress, stop_after, log_every):
-        # here, not at the top: mgrpo.training.team_round imports this module (a circle)
+        # here, not at the top: an import circle through mgrpo.training.team_round
         from mgrpo.training.team_round import run_team_training
 
         return run_team_training(cfg, resume, progress, stop_after, log_every)
