@@ -21,6 +21,8 @@ from typing import Literal
 
 from mgrpo.envs import build_benchmark, load_benchmark
 from mgrpo.models.checkpoint import latest_version, load_checkpoint, version_uri
+from mgrpo.progress import progress_bar
+from mgrpo.workflows import EvalRefused
 
 Stage = int | Literal["all"] | None
 
@@ -107,9 +109,6 @@ def evaluate_hierarchy(cfg, request) -> dict:
     metrics on the first ``n`` questions of ``split`` of one stage (``stage``, else the
     config's ``eval_stage``), with ``subagent`` also played alone; with ``bench_seed``, the
     same beside on that generator seed's benchmark (built once into ``BENCH_DIR-seedS``)."""
-    from mgrpo.envs import load_benchmark
-    from mgrpo.workflows import EvalRefused
-
     stage = request.stage if request.stage is not None else cfg.eval_stage
     result = evaluate_on(cfg, request, stage)
     if request.bench_seed is None:
@@ -131,10 +130,9 @@ def evaluate_hierarchy(cfg, request) -> dict:
 
 def evaluate_on(cfg, request, stage: Stage) -> dict:
     """One evaluation of ``cfg``'s hierarchy: metrics plus what was evaluated."""
-    from mgrpo.progress import progress_bar
+    # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.evaluate import evaluate, evaluate_subagent
     from mgrpo.training.system import build_system
-    from mgrpo.workflows import EvalRefused
 
     system = build_system(cfg)
     try:

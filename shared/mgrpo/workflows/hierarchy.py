@@ -131,6 +131,7 @@ class Hierarchy(Workflow):
         return run_hierarchy(cfg, resume, progress, stop_after, log_every)
 
     def evaluate(self, cfg, request):
+        # here, not at the top: an import circle through mgrpo.training.heldout
         from mgrpo.training.heldout import evaluate_hierarchy
 
         return evaluate_hierarchy(cfg, request)

@@ -94,6 +94,7 @@ class TurnTeam(Workflow):
         """The team, one action per role and turn, on the first ``n`` tasks of the world's
         ``split`` (``mgrpo.training.team_round.evaluate_team_run``)."""
         self.refuse_options(request, "stage", "bench_seed", "subagent")
+        # here, not at the top: an import circle through mgrpo.training.team_round
         from mgrpo.training.team_round import evaluate_team_run
 
         return evaluate_team_run(cfg, request.split, request.n, request.greedy,
