@@ -118,6 +118,12 @@ class Settings(BaseSettings):
         "deleting old checkpoints themselves after each save. Set it where a control worker "
         "runs (compose, k8s): the deletion leaves the trainer's path, and runs when the "
         "worker is back if it is down.")
+    evaluation_queue: bool = Field(
+        False, description="The planner API sends each evaluation (POST /v1/evaluations) "
+        "as the Celery task mgrpo.control.evaluate to <prefix>mgrpo.evaluations, and "
+        "consumes that queue with a Celery worker in its own process, which plays it on the "
+        "model the API holds (mgrpo.services.api.evaluation_worker). Off: the API process "
+        "that answers the POST plays it. Needs MGRPO_BROKER_URL.")
     secrets_dir: str | None = Field(
         None, description="Folder of secret files named like the env vars (MGRPO_DATABASE_URL "
         "...), e.g. a mounted Kubernetes Secret. Env vars win over files.")

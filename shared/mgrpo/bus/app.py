@@ -23,7 +23,13 @@ from collections.abc import Iterable
 
 from celery import Celery
 
-from mgrpo.bus.control import CONTROL_QUEUE, parse_payload, payload_dict
+from mgrpo.bus.control import (
+    CONTROL_QUEUE,
+    EVALUATIONS_QUEUE,
+    parse_payload,
+    payload_dict,
+    queue_of,
+)
 from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, encode_message
@@ -94,22 +100,27 @@ def control_queue(settings: Settings) -> str:
 
 def control_app(settings: Settings) -> Celery:
     """The Celery app of the control plane: the settings of :func:`make_celery_app`, declaring
-    only ``<prefix>mgrpo.control`` and the deployment's dead-letter queue."""
+    only ``<prefix>mgrpo.control``, ``<prefix>mgrpo.evaluations`` and the deployment's
+    dead-letter queue. Its default queue is the control queue."""
     name, dlq = control_queue(settings), settings.queue_prefix + DEAD_LETTER_QUEUE
+    evaluations = settings.queue_prefix + EVALUATIONS_QUEUE
     app = make_celery_app(settings, [name], dead_letter_queue_name=dlq)
-    app.conf.update(task_queues=[work_queue(name, dlq), dead_letter_queue(dlq)],
+    app.conf.update(task_queues=[work_queue(name, dlq), work_queue(evaluations, dlq),
+                                 dead_letter_queue(dlq)],
                     task_default_queue=name, task_default_routing_key=name)
     app.conf.mgrpo_control_queue = name
+    app.conf.mgrpo_evaluations_queue = evaluations
+    app.conf.mgrpo_queue_prefix = settings.queue_prefix
     return app
 
 
 def send_control(app: Celery, task: str, payload: StrictModel,
                  task_id: str | None = None) -> str:
-    """Send ``payload`` (checked against ``task``'s model first) to the control queue of
-    ``app`` (:func:`control_app`); returns the task id."""
+    """Send ``payload`` (checked against ``task``'s model first) to the queue of ``task``
+    (``mgrpo.bus.control.queue_of``) on ``app`` (:func:`control_app`); returns the task id."""
     body = payload_dict(payload)
     parse_payload(task, body)
-    name = app.conf.mgrpo_control_queue
+    name = app.conf.mgrpo_queue_prefix + queue_of(task)
     task_id = task_id or uuid.uuid4().hex
     app.send_task(task, args=[body], queue=work_queue(name, app.conf.mgrpo_dead_letter_queue),
                   exchange=WORK_EXCHANGE, routing_key=name, task_id=task_id)

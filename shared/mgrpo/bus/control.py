@@ -1,8 +1,10 @@
 """The control plane's Celery tasks: their names, their queue and their typed payloads.
 
 Control work is rare and each piece is a whole job (prune a run's old checkpoints, replay the
-dead-letter queue, start or cancel a round): it runs as a Celery task on the
-``mgrpo.control`` queue, one task per message, late-acked. The high-rate trajectory path is
+dead-letter queue, start or cancel a round, evaluate the planner): it runs as a Celery task,
+one task per message, late-acked. Each task has its queue (:data:`QUEUE_OF_TASK`):
+``mgrpo.control`` for the control worker (``mgrpo serve control``), ``mgrpo.evaluations``
+for the planner API processes, which hold the planner's model. The high-rate trajectory path is
 not here: it stays on the batching kombu consumers (``mgrpo.services.batching``).
 
 Every task takes ONE argument, the JSON dict of its payload model; the worker validates it
@@ -22,10 +24,12 @@ from pydantic import Field, TypeAdapter, ValidationError
 from mgrpo.validation import StrictModel
 
 CONTROL_QUEUE = "mgrpo.control"
+EVALUATIONS_QUEUE = "mgrpo.evaluations"
 
 TASK_PRUNE_CHECKPOINTS = "mgrpo.control.prune_checkpoints"
 TASK_REPLAY_DEAD_LETTERS = "mgrpo.control.replay_dead_letters"
 TASK_ROUND = "mgrpo.control.round"
+TASK_EVALUATE = "mgrpo.control.evaluate"
 
 RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_\-][\w.\-]*$")]
 ModelName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,62}$")]
@@ -67,13 +71,27 @@ class CancelRound(StrictModel):
     round_id: str = Field(min_length=1, max_length=255)
 
 
+class Evaluate(StrictModel):
+    """Play and score the evaluation ``evaluation_id`` that ``POST /v1/evaluations`` recorded
+    as queued (``split``, ``greedy``, ``n_questions``: its request). Idempotent: an evaluation
+    that is no longer queued (running, or ended) is left as it is."""
+
+    evaluation_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    n_questions: int = Field(ge=1, le=2000)
+    split: Literal["train", "dev", "test"]
+    greedy: bool
+
+
 RoundCommandPayload = Annotated[StartRound | CancelRound, Field(discriminator="command")]
 
 PAYLOADS: dict[str, object] = {
     TASK_PRUNE_CHECKPOINTS: PruneCheckpoints,
     TASK_REPLAY_DEAD_LETTERS: ReplayDeadLetters,
     TASK_ROUND: RoundCommandPayload,
+    TASK_EVALUATE: Evaluate,
 }
+# The queue each task is sent to (without the deployment's prefix); the others: CONTROL_QUEUE.
+QUEUE_OF_TASK: dict[str, str] = {TASK_EVALUATE: EVALUATIONS_QUEUE}
 _ADAPTERS = {name: TypeAdapter(kind) for name, kind in PAYLOADS.items()}
 
 
@@ -91,6 +109,11 @@ def parse_payload(task: str, payload: object):
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(payload)'}: {e['msg']}"
                              for e in error.errors())
         raise InvalidPayload(f"invalid {task} payload: {problems}") from error
+
+
+def queue_of(task: str) -> str:
+    """The queue ``task`` is sent to, without the deployment's prefix."""
+    return QUEUE_OF_TASK.get(task, CONTROL_QUEUE)
 
 
 def payload_dict(payload: StrictModel) -> dict:

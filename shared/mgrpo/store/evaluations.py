@@ -9,6 +9,11 @@ marks ``interrupted`` every running job whose owner does not hold that lease une
 replicas sweeping at once interrupt a job once. Expiry is read on the database's clock on
 PostgreSQL (as leases are).
 
+A job sent to the evaluation workers (``mgrpo.control.evaluate``) is recorded ``queued``
+with no owner; the worker that plays it takes it with :meth:`claim_evaluation` (queued ->
+running, its owner set, at most once). A queued job has no lease and is never swept; one
+whose task was dead-lettered ends ``failed`` (:meth:`fail_queued_evaluation`).
+
 Writes of a running job (:meth:`update_evaluation`) only touch a row that is still
 ``running`` and still the caller's: an owner that was declared dead (its lease expired while
 it was stalled) learns it from ``False`` and never overwrites the ``interrupted`` status.
@@ -32,10 +37,13 @@ FINAL_STATUSES = ("done", "failed", "interrupted")
 
 class EvaluationsMixin(LeaseMixin):
     def create_evaluation(self, evaluation_id: str, owner: str, request: dict[str, Any],
-                          n_questions: int) -> EvaluationJobRecord:
-        """Record a new running job of ``owner``."""
+                          n_questions: int, status: str = "running") -> EvaluationJobRecord:
+        """Record a new job: running (``owner``'s), or queued (``owner`` empty) for a
+        worker to :meth:`claim_evaluation`."""
+        if status not in ("running", "queued"):
+            raise ValueError(f"an evaluation starts running or queued, not {status!r}")
         now = utcnow()
-        row = EvaluationJob(evaluation_id=evaluation_id, status="running", owner=owner,
+        row = EvaluationJob(evaluation_id=evaluation_id, status=status, owner=owner,
                             request=request, n_questions=n_questions, played=0,
                             created_at=now, updated_at=now)
         with self._tx() as session:
@@ -64,6 +72,27 @@ class EvaluationsMixin(LeaseMixin):
                 .where(EvaluationJob.evaluation_id == evaluation_id,
                        EvaluationJob.owner == owner, EvaluationJob.status == "running")
                 .values(**values))
+        with self._tx() as session:
+            return self._written(session, stmt) == 1
+
+    def claim_evaluation(self, evaluation_id: str, owner: str) -> bool:
+        """Take the queued job ``evaluation_id``: running, ``owner``'s. False when it is not
+        queued (another worker took it, or it ended): nothing is written then."""
+        stmt = (update(EvaluationJob)
+                .where(EvaluationJob.evaluation_id == evaluation_id,
+                       EvaluationJob.status == "queued")
+                .values(status="running", owner=owner, updated_at=utcnow()))
+        with self._tx() as session:
+            return self._written(session, stmt) == 1
+
+    def fail_queued_evaluation(self, evaluation_id: str, error: str) -> bool:
+        """End the queued job ``evaluation_id`` as failed with ``error`` (its task will not
+        run: dead-lettered). False when it is not queued."""
+        now = utcnow()
+        stmt = (update(EvaluationJob)
+                .where(EvaluationJob.evaluation_id == evaluation_id,
+                       EvaluationJob.status == "queued")
+                .values(status="failed", error=error, updated_at=now, finished_at=now))
         with self._tx() as session:
             return self._written(session, stmt) == 1
 

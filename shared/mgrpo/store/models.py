@@ -233,11 +233,12 @@ class Lease(Base):
 class EvaluationJob(Base):
     """A background evaluation of the planner API (``mgrpo.store.evaluations``): written when
     it starts, as it plays (``played``) and when it ends, so any replica answers for it and a
-    restart does not forget it. ``owner`` is the API process that runs it."""
+    restart does not forget it. ``owner`` is the API process that runs it (empty while
+    queued)."""
 
     __tablename__ = "evaluation_jobs"
     evaluation_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    status: Mapped[str] = mapped_column(String(20), index=True)  # running|done|failed|interrupted
+    status: Mapped[str] = mapped_column(String(20), index=True)  # queued|running|done|...
     owner: Mapped[str] = mapped_column(String(200))
     request: Mapped[dict] = mapped_column(JSON)
     n_questions: Mapped[int] = mapped_column(Integer)

@@ -151,7 +151,7 @@ class LeaseRecord(_Record):
     expires_at: datetime
 
 
-EvaluationStatus = Literal["running", "done", "failed", "interrupted"]
+EvaluationStatus = Literal["queued", "running", "done", "failed", "interrupted"]
 
 
 class EvaluationJobRecord(_Record):

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mgrpo.config import Settings
 from mgrpo.services.api.deps import ApiState
+from mgrpo.services.api.evaluation_worker import EvaluationWorker
 from mgrpo.services.api.routes import (
     dashboard,
     evaluations,
@@ -85,6 +86,11 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
     # jobs of an API process that is gone: interrupted; this one's: interrupted when it stops
     app.router.on_startup.append(state.evaluations.on_startup)
     app.router.on_shutdown.append(state.evaluations.shutdown)
+    if state.settings.evaluation_queue and state.store is not None:
+        # evaluations as Celery tasks, played by a worker in this process (on its model)
+        worker = EvaluationWorker(state)
+        app.router.on_startup.append(worker.start)
+        app.router.on_shutdown.append(worker.stop)
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)
     app.router.on_shutdown.append(lambda: state.batcher.close() if state.batcher else None)
     return app

@@ -34,17 +34,21 @@ Its episodes are not stored, only its progress and its result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 
+from mgrpo.bus.control import Evaluate
+from mgrpo.errors import TransientError
 from mgrpo.services.api.query_batcher import Busy
 from mgrpo.services.api.schemas import EvaluationIn, EvaluationJobOut, EvaluationOut
 from mgrpo.training.episodes import EpisodeJob, mix_seed
@@ -72,20 +76,38 @@ class EvaluationJob:
     evaluation_id: str
     request: EvaluationIn
     n_questions: int
+    owner: str  # the holder of the lease while it runs, and the row's owner
     played: int = 0
     written: int = 0  # ``played`` as last written to the store
     lost: bool = False  # the store says it is no longer ours (declared dead meanwhile)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     task: asyncio.Task | None = None
+    loop: asyncio.AbstractEventLoop | None = None  # the loop ``task`` runs on
+
+
+class UnknownEvaluation(LookupError):
+    """An evaluate task names an evaluation the store does not hold."""
+
+
+class EvaluationBusy(TransientError):
+    """Another evaluation holds the lease: the queued one waits (its task is retried)."""
 
 
 class EvaluationJobs:
-    """Evaluations in the store; this process's running one in ``_jobs`` (event loop only)."""
+    """Evaluations in the store; this process's running one in ``_jobs`` (written on the
+    event loop, or by the evaluation worker's thread for a queued job).
+
+    ``send``: None, each evaluation runs in this process as an asyncio job (:meth:`start`);
+    set (``mgrpo.services.api.evaluation_worker``), :meth:`start` records it queued and
+    sends it as the ``mgrpo.control.evaluate`` task, which an evaluation worker plays with
+    :meth:`play_queued`."""
 
     def __init__(self, store, owner: str | None = None, lease_s: float = LEASE_S,
-                 progress_s: float = PROGRESS_S, keep: int = 20, lease: str = LEASE) -> None:
+                 progress_s: float = PROGRESS_S, keep: int = 20, lease: str = LEASE,
+                 send: Callable[[Evaluate], None] | None = None) -> None:
         self.store, self.owner = store, owner or process_owner()
         self.lease_s, self.progress_s, self.keep, self.lease = lease_s, progress_s, keep, lease
+        self.send = send
         self._jobs: dict[str, EvaluationJob] = {}
         self._starting: asyncio.Lock | None = None
 
@@ -131,7 +153,8 @@ class EvaluationJobs:
             error=record.error, created_at=record.created_at, finished_at=record.finished_at)
 
     async def start(self, state, body: EvaluationIn) -> EvaluationJobOut:
-        """Start one in the background; :class:`Busy` while one runs here or elsewhere."""
+        """Start one in the background (or queue it, with ``send``); :class:`Busy` while
+        one runs (or waits in the queue) here or elsewhere."""
         self._starting = self._starting or asyncio.Lock()
         async with self._starting:  # two starts at once in this process: one job
             if (running := self.running()) is not None:
@@ -140,16 +163,10 @@ class EvaluationJobs:
             await run_in_threadpool(self.recover)
             if not await run_in_threadpool(self.store.acquire_lease, self.lease, self.owner,
                                            self.lease_s):
-                other = await run_in_threadpool(self.store.list_evaluations, 1, "running")
-                if other:
-                    raise self._busy(state, other[0].evaluation_id, other[0].n_questions,
-                                     other[0].played, where="in another API process")
-                holder = await run_in_threadpool(self.store.get_lease, self.lease)
-                left_s = (holder.expires_at - datetime.now(UTC)).total_seconds() if holder else 1
-                raise Busy(f"another API process holds the evaluation lease ({self.lease!r}) "
-                           "while it starts or ends one; one at a time: retry shortly",
-                           retry_after_s=max(1, math.ceil(left_s)))
-            job = EvaluationJob(uuid.uuid4().hex, body, body.n_questions)
+                raise await run_in_threadpool(self._held, state)
+            if self.send is not None:
+                return await self._enqueue(state, body)
+            job = EvaluationJob(uuid.uuid4().hex, body, body.n_questions, self.owner)
             try:
                 record = await run_in_threadpool(
                     self.store.create_evaluation, job.evaluation_id, self.owner,
@@ -158,8 +175,83 @@ class EvaluationJobs:
                 await run_in_threadpool(self.store.release_lease, self.lease, self.owner)
                 raise
             self._jobs[job.evaluation_id] = job
-            job.task = asyncio.get_running_loop().create_task(self._run(state, job))
+            job.loop = asyncio.get_running_loop()
+            job.task = job.loop.create_task(self._run(state, job))
             return self._out(record)
+
+    def _held(self, state) -> Busy:
+        """Why the lease could not be taken: the job that holds it, or the holder."""
+        for status in ("running", "queued"):
+            if other := self.store.list_evaluations(1, status):
+                return self._busy(state, other[0].evaluation_id, other[0].n_questions,
+                                  other[0].played, where="in another API process"
+                                  if status == "running" else "(queued)")
+        holder = self.store.get_lease(self.lease)
+        left_s = (holder.expires_at - datetime.now(UTC)).total_seconds() if holder else 1
+        return Busy(f"another API process holds the evaluation lease ({self.lease!r}) while "
+                    "it starts or ends one; one at a time: retry shortly",
+                    retry_after_s=max(1, math.ceil(left_s)))
+
+    async def _enqueue(self, state, body: EvaluationIn) -> EvaluationJobOut:
+        """Record a queued job and send its task; the lease (taken by :meth:`start`) is
+        released once it is sent, so a worker can take it to play the job."""
+        try:
+            if queued := await run_in_threadpool(self.store.list_evaluations, 1, "queued"):
+                raise self._busy(state, queued[0].evaluation_id, queued[0].n_questions, 0,
+                                 where="(queued)")
+            command = Evaluate(evaluation_id=uuid.uuid4().hex, **body.model_dump())
+            record = await run_in_threadpool(
+                self.store.create_evaluation, command.evaluation_id, "",
+                body.model_dump(mode="json"), body.n_questions, "queued")
+            try:
+                await run_in_threadpool(self.send, command)
+            except Exception as error:
+                await run_in_threadpool(self.store.fail_queued_evaluation,
+                                        command.evaluation_id, f"not sent to the evaluation "
+                                        f"workers: {type(error).__name__}: {error}")
+                raise
+            return self._out(record)
+        finally:
+            await run_in_threadpool(self.store.release_lease, self.lease, self.owner)
+
+    def play_queued(self, state, command: Evaluate) -> str:
+        """Play the queued job ``command`` names, here, to its end (an evaluation worker's
+        thread; blocks). ``skipped`` when it is no longer queued (a redelivered task: it
+        runs once), ``interrupted`` when this process shut down meanwhile, else ``ended``.
+        :class:`UnknownEvaluation` when it does not exist; :class:`EvaluationBusy` while
+        another evaluation holds the lease."""
+        record = self.store.get_evaluation(command.evaluation_id)
+        if record is None:
+            raise UnknownEvaluation(f"evaluation {command.evaluation_id!r} does not exist; "
+                                    "POST /v1/evaluations records it before sending it")
+        if record.status != "queued":
+            log.info("evaluation %s is %s already: not played again", command.evaluation_id,
+                     record.status)
+            return "skipped"
+        owner = process_owner()  # its own holder: this process's starts stay refused
+        self.recover()
+        if not self.store.acquire_lease(self.lease, owner, self.lease_s):
+            raise EvaluationBusy(f"evaluation {command.evaluation_id} waits: another one "
+                                 f"holds the lease {self.lease!r}")
+        if not self.store.claim_evaluation(command.evaluation_id, owner):
+            self.store.release_lease(self.lease, owner)
+            log.info("evaluation %s was taken meanwhile: not played here",
+                     command.evaluation_id)
+            return "skipped"
+        request = EvaluationIn.model_validate(record.request)
+        job = EvaluationJob(command.evaluation_id, request, record.n_questions, owner)
+        self._jobs[job.evaluation_id] = job
+
+        async def play() -> None:
+            job.loop, job.task = asyncio.get_running_loop(), asyncio.current_task()
+            await self._run(state, job)
+
+        try:
+            asyncio.run(play())
+        except asyncio.CancelledError:  # shut down: ``shutdown`` marked it interrupted
+            self._jobs.pop(job.evaluation_id, None)
+            return "interrupted"
+        return "ended"
 
     def _busy(self, state, evaluation_id: str, n_questions: int, played: int,
               where: str = "") -> Busy:
@@ -212,7 +304,7 @@ class EvaluationJobs:
                     await self._write(job, played=job.played)
                 if time.monotonic() - renewed >= renew_s:
                     held = await run_in_threadpool(self.store.acquire_lease, self.lease,
-                                                   self.owner, self.lease_s)
+                                                   job.owner, self.lease_s)
                     renewed = time.monotonic()
                     if not held and not job.lost:
                         job.lost = True
@@ -226,14 +318,14 @@ class EvaluationJobs:
     async def _write(self, job: EvaluationJob, **values) -> bool:
         played = values.get("played")
         ours = await run_in_threadpool(self.store.update_evaluation, job.evaluation_id,
-                                       self.owner, **values)
+                                       job.owner, **values)
         if ours and played is not None:
             job.written = played
         if not ours and not job.lost:
             job.lost = True
             log.error("evaluation %s was marked interrupted meanwhile (this process %s was "
                       "taken for dead): its episodes play out, nothing more is written",
-                      job.evaluation_id, self.owner)
+                      job.evaluation_id, job.owner)
         return ours
 
     async def _end(self, job: EvaluationJob, **end) -> None:
@@ -247,27 +339,26 @@ class EvaluationJobs:
                 await asyncio.sleep(1.0)
         self._jobs.pop(job.evaluation_id, None)
         try:  # without it the job's row stays running until another process sweeps it
-            await run_in_threadpool(self.store.release_lease, self.lease, self.owner)
+            await run_in_threadpool(self.store.release_lease, self.lease, job.owner)
         except Exception as error:  # noqa: BLE001 - it expires by itself
             log.warning("evaluation lease: release failed (%s); it expires in %.0f s", error,
                         self.lease_s)
 
     def shutdown(self) -> None:
         """The process stops: its running job is marked interrupted, the lease released."""
-        had_jobs = bool(self._jobs)
         for job in list(self._jobs.values()):
-            if job.task is not None:
-                job.task.cancel()
+            if job.task is not None and job.loop is not None:
+                with contextlib.suppress(RuntimeError):  # its loop is closed: it ended
+                    job.loop.call_soon_threadsafe(job.task.cancel)
             try:
-                self.store.update_evaluation(job.evaluation_id, self.owner, played=job.played,
+                self.store.update_evaluation(job.evaluation_id, job.owner, played=job.played,
                                              status="interrupted", error=SHUTDOWN_REASON)
             except Exception as error:  # noqa: BLE001 - swept once the lease expires
                 log.warning("evaluation %s: cannot mark it interrupted (%s)",
                             job.evaluation_id, error)
             self._jobs.pop(job.evaluation_id, None)
-        if had_jobs:
             try:
-                self.store.release_lease(self.lease, self.owner)
+                self.store.release_lease(self.lease, job.owner)
             except Exception as error:  # noqa: BLE001 - it expires by itself
                 log.warning("evaluation lease: release failed (%s)", error)
 

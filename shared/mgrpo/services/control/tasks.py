@@ -125,11 +125,24 @@ HANDLERS: dict[str, Callable] = {
 def register_control_tasks(app: Celery, ctx: ControlContext,
                            backoff: Backoff = Backoff()) -> None:
     for name, handler in HANDLERS.items():
-        _register(app, name, handler, ctx, backoff)
+        register_task_body(app, name, handler, ctx, backoff)
 
 
-def _register(app: Celery, name: str, handler: Callable, ctx: ControlContext,
-              backoff: Backoff) -> None:
+def register_task_body(app: Celery, name: str, handler: Callable, ctx, backoff: Backoff,
+                       on_dead_letter: Callable | None = None) -> None:
+    """Register ``handler(ctx, command)`` as Celery task ``name`` with the deliveries above.
+    ``ctx`` has ``store`` (the message claims) and ``done`` (tasks run to the end, by name).
+    ``on_dead_letter(ctx, command, reason)``: called when a valid payload is dead-lettered
+    (its failure says why)."""
+
+    def dead_letter(request, payload, command, reason: str) -> str:
+        if on_dead_letter is not None:
+            try:
+                on_dead_letter(ctx, command, reason)
+            except Exception:  # noqa: BLE001 - the letter keeps the reason anyway
+                log.exception("%s: on_dead_letter failed", name)
+        return _dead_letter(app, request, name, payload, reason)
+
     @app.task(name=name, bind=True, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True)
     def task(self, *args, **kwargs) -> str:
@@ -153,11 +166,11 @@ def _register(app: Celery, name: str, handler: Callable, ctx: ControlContext,
             why = f"{type(error).__name__}: {error}"
             if not is_transient(error):
                 log.exception("%s failed", name)
-                return _dead_letter(app, self.request, name, payload, f"{name} failed: {why}")
+                return dead_letter(self.request, payload, command, f"{name} failed: {why}")
             if self.request.retries >= backoff.max_retries:
-                return _dead_letter(app, self.request, name, payload,
-                                    f"{name}: transient failure persisted after "
-                                    f"{backoff.max_retries} retries: {why}")
+                return dead_letter(self.request, payload, command,
+                                   f"{name}: transient failure persisted after "
+                                   f"{backoff.max_retries} retries: {why}")
             delay = backoff.delay(self.request.retries)
             log.warning("%s: transient failure (%s), retry %d in %.1f s", name, why,
                         self.request.retries + 1, delay)
