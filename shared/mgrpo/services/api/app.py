@@ -88,7 +88,7 @@ def create_app(state: ApiState | None = None, settings: Settings | None = None) 
     app.router.on_shutdown.append(state.evaluations.shutdown)
     if state.settings.evaluation_queue and state.store is not None:
         # evaluations as Celery tasks, played by a worker in this process (on its model)
-        worker = EvaluationWorker(state)
+        state.evaluation_worker = worker = EvaluationWorker(state)
         app.router.on_startup.append(worker.start)
         app.router.on_shutdown.append(worker.stop)
     app.router.on_shutdown.append(lambda: state.bus.close() if state.bus else None)

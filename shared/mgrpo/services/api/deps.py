@@ -42,6 +42,7 @@ class ApiState:
     batcher: Any = None  # QueryBatcher, built on the first query
     run_dir: Any = None  # Path of an embedded run (``mgrpo ui``): its metrics.csv is read too
     evaluations: Any = None  # EvaluationJobs (``evaluation_jobs``): evaluations in the store
+    evaluation_worker: Any = None  # EvaluationWorker, with MGRPO_EVALUATION_QUEUE
     _planner_lock: threading.Lock = field(default_factory=threading.Lock)
     _batcher_lock: threading.Lock = field(default_factory=threading.Lock)
     _bench_lock: threading.Lock = field(default_factory=threading.Lock)

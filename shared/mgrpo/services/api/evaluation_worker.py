@@ -44,6 +44,8 @@ from mgrpo.services.control.tasks import Backoff, register_task_body
 
 log = logging.getLogger(__name__)
 
+BACKOFF = Backoff()  # while another evaluation plays: 2, 4, ... 60 s; about 7 minutes
+
 
 @dataclass
 class EvaluationContext:
@@ -69,11 +71,11 @@ class EvaluationWorker:
     """Sends this API's evaluations to the queue (``state.evaluations.send``) and, once
     :meth:`start` ed, plays those of the queue in this process."""
 
-    def __init__(self, state, backoff: Backoff = Backoff()) -> None:
+    def __init__(self, state, backoff: Backoff | None = None) -> None:
         self.app = control_app(state.settings)
         self.queue = self.app.conf.mgrpo_evaluations_queue
         self.ctx = EvaluationContext(state, state.store)
-        register_task_body(self.app, TASK_EVALUATE, evaluate, self.ctx, backoff,
+        register_task_body(self.app, TASK_EVALUATE, evaluate, self.ctx, backoff or BACKOFF,
                            on_dead_letter=fail_queued)
         state.evaluations.send = self.send
         self._worker: WorkController | None = None
@@ -84,6 +86,7 @@ class EvaluationWorker:
         send_control(self.app, TASK_EVALUATE, command, task_id=command.evaluation_id)
 
     def start(self) -> None:
+        self.app.set_default()  # the pool's threads find the task in the default app
         self._worker = WorkController(
             app=self.app, pool="threads", concurrency=1, queues=[self.queue],
             hostname=f"evaluations@{socket.gethostname()}:{id(self):x}",

@@ -123,8 +123,9 @@ class EvaluationOut(BaseModel):
 
 class EvaluationJobOut(BaseModel):
     evaluation_id: str
-    status: Literal["running", "done", "failed", "interrupted"] = Field(
-        description="interrupted: the API process that ran it stopped before it ended (error "
+    status: Literal["queued", "running", "done", "failed", "interrupted"] = Field(
+        description="queued: sent to the evaluation workers (MGRPO_EVALUATION_QUEUE), not "
+        "taken yet; interrupted: the API process that ran it stopped before it ended (error "
         "says so); start it again.")
     split: Literal["train", "dev", "test"]
     greedy: bool

@@ -143,8 +143,11 @@ def register_task_body(app: Celery, name: str, handler: Callable, ctx, backoff: 
                 log.exception("%s: on_dead_letter failed", name)
         return _dead_letter(app, request, name, payload, reason)
 
+    # shared=False: the task is ``app``'s only (a shared one joins every app finalized later,
+    # whose own body of the same name is then dropped); a worker of ``app`` makes it the
+    # process's default app, where its pool looks tasks up
     @app.task(name=name, bind=True, acks_late=True, reject_on_worker_lost=True,
-              ignore_result=True)
+              ignore_result=True, shared=False)
     def task(self, *args, **kwargs) -> str:
         payload = args[0] if len(args) == 1 and not kwargs else {"args": args, **kwargs}
         try:
