@@ -267,3 +267,16 @@ def test_the_no_docker_hub_override_only_swaps_images_and_adds_the_relay():
     assert all(p.startswith("127.0.0.1:") for p in relay["ports"])
     # the sandbox keeps its networks and hardening: only its probe interval changes
     assert set(services["sandbox"]) == {"healthcheck"}
+
+
+def test_each_celery_queue_of_the_control_plane_has_a_worker():
+    """mgrpo.control: the `control` service (`mgrpo serve control`); mgrpo.evaluations: the
+    planner API's own worker, on with MGRPO_EVALUATION_QUEUE where it has a broker."""
+    services = compose()["services"]
+    serving = {name: service.get("command", [])[:3] for name, service in services.items()}
+    assert [n for n, c in serving.items() if c == ["mgrpo", "serve", "control"]] == ["control"]
+    assert [n for n, c in serving.items() if c == ["mgrpo", "serve", "planner"]] == ["planner"]
+    env = service_env(services["planner"], ROOT)
+    assert Settings(evaluation_queue=env["MGRPO_EVALUATION_QUEUE"]).evaluation_queue is True
+    assert env["MGRPO_BROKER_URL"].startswith("amqp://")
+    assert "MGRPO_EVALUATION_QUEUE" not in service_env(services["planner-worker"], ROOT)

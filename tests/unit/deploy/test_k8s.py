@@ -265,3 +265,21 @@ def test_only_the_sandbox_runs_the_user_namespace_seccomp_profile(overlay):
             assert profile == {"type": "RuntimeDefault"}, name
             assert "procMount" not in container.get("securityContext", {}), name
     assert (ROOT / "docker" / "sandbox-seccomp.json").is_file()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
+def test_each_celery_queue_of_the_control_plane_has_a_worker(overlay):
+    """mgrpo.control: the `control` Deployment (`mgrpo serve control`); mgrpo.evaluations:
+    the planner API's own worker (MGRPO_EVALUATION_QUEUE), in the planner Deployment only."""
+    objects = rendered(overlay)
+    commands = {name: spec["containers"][0].get("command", [])[:3]
+                for name, _, spec in pod_specs(objects)}
+    assert [n for n, c in commands.items() if c == ["mgrpo", "serve", "control"]] == ["control"]
+    assert [n for n, c in commands.items() if c == ["mgrpo", "serve", "planner"]] == ["planner"]
+    for name, _, spec in pod_specs(objects):
+        env = container_env(spec["containers"][0], objects, spec.get("volumes"))
+        queued = env.get("MGRPO_EVALUATION_QUEUE")
+        if name == "planner":
+            assert Settings(evaluation_queue=queued).evaluation_queue is True
+        else:
+            assert queued is None, name
