@@ -27,6 +27,13 @@ job ``interrupted`` and releases the lease at once. A process that was declared 
 stalled past ``lease_s``) writes nothing more: the store only updates a job that is still
 running and still its own.
 
+Queued (``send`` set, ``MGRPO_EVALUATION_QUEUE``): :meth:`EvaluationJobs.start` records the
+job ``queued`` and sends the task ``mgrpo.control.evaluate``, holding the lease only while it
+checks and sends; a Celery worker in a planner API process plays it with
+:meth:`EvaluationJobs.play_queued` under a lease holder id of its own (so its process's own
+starts are refused while it plays), on the same lane, with the same writes. A job that is no
+longer queued is not played again.
+
 What this module does NOT do: resume an interrupted job (start it again), or cancel one.
 Its episodes are not stored, only its progress and its result.
 """
