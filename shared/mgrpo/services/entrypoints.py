@@ -153,7 +153,6 @@ def serve_control(settings: Settings) -> None:
     ctx = ControlContext(settings, store, bus, cfg, Queues(settings.queue_prefix))
     app = control_app(settings)
     register_control_tasks(app, ctx)
-    app.set_default()  # the worker's pool finds a task in the process's default app
     worker = app.Worker(pool="solo", concurrency=1, queues=[app.conf.mgrpo_control_queue],
                         hostname=f"control@{socket.gethostname()}",
                         loglevel=settings.log_level.upper(), without_mingle=True,

@@ -13,6 +13,7 @@ import contextlib
 import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import services_testkit as kit
@@ -23,12 +24,13 @@ from services_testkit import make_bench, make_tiny, write_run_config
 from waiting import wait_for
 
 from mgrpo.bus import InMemoryBus
-from mgrpo.bus.app import send_control
-from mgrpo.bus.control import TASK_EVALUATE, Evaluate
+from mgrpo.bus.app import control_app, send_control
+from mgrpo.bus.control import TASK_EVALUATE, TASK_PRUNE_CHECKPOINTS, Evaluate, PruneCheckpoints
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.names import DEAD_LETTER_QUEUE
 from mgrpo.bus.topology import work_queue
 from mgrpo.config import Settings
+from mgrpo.models.checkpoint import MANIFEST, list_versions, run_root, version_uri
 from mgrpo.services.api import evaluation_worker
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
@@ -252,3 +254,24 @@ def test_a_redelivered_task_does_not_run_twice(setup):
         job = client.get(f"/v1/evaluations/{killed}").json()
         assert job["status"] == "interrupted" and job["played"] == 0, job
         assert len(kit.PLANNER_BATCHES) == batches
+
+
+def test_the_control_worker_process_runs_its_tasks(deployment, tmp_path):
+    """`mgrpo serve control` as its own process: a prune sent to mgrpo.control runs there
+    (its pool finds the task in the process's default Celery app)."""
+    env, store, services = deployment
+    services.start("control", "control")
+    services.wait_healthy("control")
+    settings = Settings(broker_url=env["MGRPO_BROKER_URL"],
+                        queue_prefix=env["MGRPO_QUEUE_PREFIX"])
+    root = run_root(env["MGRPO_CHECKPOINT_URI"], "proc-run")
+    for version in (1, 2, 3):
+        folder = Path(version_uri(root, "coder", version))
+        folder.mkdir(parents=True)
+        (folder / MANIFEST).write_text("{}")
+        store.record_checkpoint("coder", version, str(folder), "0" * 64, run_id="proc-run")
+    send_control(control_app(settings), TASK_PRUNE_CHECKPOINTS,
+                 PruneCheckpoints(run_id="proc-run", model="coder", keep=1))
+    assert wait_for(lambda: list_versions(root, "coder") == [3], timeout_s=TIMEOUT_S), \
+        services.log("control")[-3000:]
+    assert [c.version for c in store.list_checkpoints("coder", run_id="proc-run")] == [3]

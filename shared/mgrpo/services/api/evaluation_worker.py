@@ -86,7 +86,9 @@ class EvaluationWorker:
         send_control(self.app, TASK_EVALUATE, command, task_id=command.evaluation_id)
 
     def start(self) -> None:
-        self.app.set_default()  # the pool's threads find the task in the default app
+        # the pool's threads look the task up in the process's default app (``mgrpo serve
+        # control``'s Worker sets it itself; a bare WorkController does not)
+        self.app.set_default()
         self._worker = WorkController(
             app=self.app, pool="threads", concurrency=1, queues=[self.queue],
             hostname=f"evaluations@{socket.gethostname()}:{id(self):x}",
