@@ -2,7 +2,9 @@
 container shell (``services/<name>/``) calls. Each builds its service from settings and the
 shared run config, starts it, and serves health and metrics until a signal.
 
-- :func:`serve_api`: the planner's REST API (uvicorn over ``mgrpo.services.api.app``).
+- :func:`serve_api`: the planner's REST API (uvicorn over ``mgrpo.services.api.app``); with
+  ``MGRPO_EVALUATION_QUEUE`` also the Celery worker of ``mgrpo.evaluations`` in the same
+  process, on a thread (``mgrpo.services.api.evaluation_worker``).
 - :func:`serve_planner_worker`: episodes from ``planner.episodes`` in batches
   (``mgrpo.services.planner.worker``).
 - :func:`serve_subagent`: one tool sub-agent (``mgrpo.services.subagent.worker``).

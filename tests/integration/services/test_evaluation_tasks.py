@@ -160,6 +160,28 @@ def test_a_worker_plays_it_to_done_with_the_in_process_accuracy(setup):
     assert store.get_lease(LEASE) is None  # released when it ended
 
 
+def test_a_query_is_answered_while_the_worker_plays_an_evaluation(setup, monkeypatch):
+    """The worker's episodes share the API's model thread with queries (its background
+    lane): batches of 2, 16 questions, ~50 ms a model call; the query is answered while the
+    evaluation still runs."""
+    monkeypatch.setenv("MGRPO_TEST_GENERATE_DELAY_S", "0.05")
+    kit.PLANNER_BATCHES.clear()
+    _, client = api(setup, query_batch_size=2)
+    with client:
+        started = client.post("/v1/evaluations", json={"n_questions": 16}, headers=AUTH)
+        assert started.status_code == 202 and started.json()["status"] == "queued"
+        location = started.headers["Location"]
+        assert wait_for(lambda: client.get(location).json()["status"] == "running"
+                        and kit.PLANNER_BATCHES, timeout_s=TIMEOUT_S)
+        answered = client.post("/v1/queries", json={"question": "What is the population of "
+                                                    "Velmora?"}, headers=AUTH)
+        during = client.get(location).json()
+        assert answered.status_code == 200 and answered.json()["answer"], answered.text
+        assert during["status"] == "running" and during["played"] < 16, during
+        done = finished(client, location)
+    assert done["status"] == "done" and done["played"] == 16, done
+
+
 def test_a_poison_payload_is_dead_lettered_with_its_reason(setup):
     settings, store, reader = setup[0], setup[2], setup[3]
     state, client = api(setup)
