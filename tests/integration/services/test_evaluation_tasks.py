@@ -182,6 +182,34 @@ def test_a_query_is_answered_while_the_worker_plays_an_evaluation(setup, monkeyp
     assert done["status"] == "done" and done["played"] == 16, done
 
 
+def test_a_clean_shutdown_interrupts_the_played_job_and_acks_its_task(setup):
+    """The planner's turns wait (gate closed) while the API stops: its job reads
+    interrupted, its task is acked (not redelivered), the lease is free."""
+    settings, store = setup[0], setup[2]
+    kit.PLANNER_GATE.clear()
+    try:
+        state, client = api(setup)
+        with client:
+            started = client.post("/v1/evaluations", json={"n_questions": 3}, headers=AUTH)
+            assert started.status_code == 202, started.text
+            evaluation_id = started.json()["evaluation_id"]
+            assert wait_for(lambda: store.get_evaluation(evaluation_id).status == "running"
+                            and kit.PLANNER_BATCHES, timeout_s=TIMEOUT_S)
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < 20  # the worker did not wait for the gate
+    finally:
+        kit.PLANNER_GATE.set()
+    record = store.get_evaluation(evaluation_id)
+    assert (record.status, record.played) == ("interrupted", 0)
+    assert record.error.startswith("interrupted: the API process that ran it shut down")
+    assert store.get_lease(LEASE) is None
+    assert state.evaluation_worker.ctx.done == {TASK_EVALUATE: 1}  # acked, ran to its end
+    with Connection(settings.broker_url) as connection:
+        queue = connection.default_channel.queue_declare(
+            settings.queue_prefix + "mgrpo.evaluations", passive=True)
+    assert queue.message_count == 0
+
+
 def test_a_poison_payload_is_dead_lettered_with_its_reason(setup):
     settings, store, reader = setup[0], setup[2], setup[3]
     state, client = api(setup)
