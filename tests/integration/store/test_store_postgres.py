@@ -153,6 +153,12 @@ def test_evaluation_jobs_owner_writes_and_orphans_swept(pg_store, unique_name):
     evaluation_jobs_contract(pg_store, unique_name)
 
 
+def test_a_queued_evaluation_is_claimed_once_or_failed(pg_store, unique_name):
+    from store_contracts import queued_evaluation_contract
+
+    queued_evaluation_contract(pg_store, unique_name)
+
+
 def test_nul_byte_in_generated_text_is_stored(pg_store, unique_name):
     """A tiny model can generate a NUL byte; PostgreSQL's json_to_recordset (the batched
     ingest) refused '\\u0000' and the whole batch failed, so a distributed round waited

@@ -175,3 +175,34 @@ def evaluation_jobs_contract(store, prefix: str) -> None:
     assert newest == [job_c, job_b, job_a]
     assert [j.evaluation_id for j in store.list_evaluations(limit=50, status="done")
             if j.evaluation_id in (job_a, job_b, job_c)] == [job_a]
+
+
+def queued_evaluation_contract(store, prefix: str) -> None:
+    """A queued job: no owner, never swept; claimed once (queued -> running, its owner set);
+    ended failed only while still queued."""
+    import hashlib
+
+    def job_id(name: str) -> str:
+        return hashlib.md5(f"{prefix}/queued/{name}".encode()).hexdigest()
+
+    lease = f"{prefix}-queued-evaluation"
+    job_a, job_b = job_id("a"), job_id("b")
+    queued = store.create_evaluation(job_a, "", {"n_questions": 2}, 2, "queued")
+    assert (queued.status, queued.owner) == ("queued", "")
+    assert job_a not in store.interrupt_orphaned_evaluations(lease, "gone")  # no lease: kept
+    assert not store.update_evaluation(job_a, "", played=1)  # not running: nothing written
+    assert store.claim_evaluation(job_a, "worker-1")
+    assert not store.claim_evaluation(job_a, "worker-2")  # taken once
+    claimed = store.get_evaluation(job_a)
+    assert (claimed.status, claimed.owner, claimed.finished_at) == ("running", "worker-1", None)
+    assert not store.fail_queued_evaluation(job_a, "dead-lettered")  # running: left alone
+    assert store.get_evaluation(job_a).status == "running"
+
+    store.create_evaluation(job_b, "", {"n_questions": 1}, 1, "queued")
+    assert store.fail_queued_evaluation(job_b, "dead-lettered: why")
+    failed = store.get_evaluation(job_b)
+    assert (failed.status, failed.error) == ("failed", "dead-lettered: why")
+    assert failed.finished_at is not None
+    assert not store.claim_evaluation(job_b, "worker-1")  # ended: never played
+    with pytest.raises(ValueError, match="starts running or queued"):
+        store.create_evaluation(job_id("c"), "", {}, 1, "done")

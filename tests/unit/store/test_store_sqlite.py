@@ -321,6 +321,12 @@ def test_evaluation_jobs_owner_writes_and_orphans_swept(store):
     evaluation_jobs_contract(store, "sqlite")
 
 
+def test_a_queued_evaluation_is_claimed_once_or_failed(store):
+    from store_contracts import queued_evaluation_contract
+
+    queued_evaluation_contract(store, "sqlite")
+
+
 def test_a_file_database_runs_wal_without_a_sync_per_commit(tmp_path):
     from sqlalchemy import text
 
