@@ -11,8 +11,9 @@ PostgreSQL (as leases are).
 
 A job sent to the evaluation workers (``mgrpo.control.evaluate``) is recorded ``queued``
 with no owner; the worker that plays it takes it with :meth:`claim_evaluation` (queued ->
-running, its owner set, at most once). A queued job has no lease and is never swept; one
-whose task was dead-lettered ends ``failed`` (:meth:`fail_queued_evaluation`).
+running, its owner set, at most once). A queued job has no lease and is not swept as an
+orphan; one whose task was dead-lettered ends ``failed`` (:meth:`fail_queued_evaluation`),
+and so does one queued for too long (:meth:`expire_queued_evaluations`).
 
 Writes of a running job (:meth:`update_evaluation`) only touch a row that is still
 ``running`` and still the caller's: an owner that was declared dead (its lease expired while
@@ -24,6 +25,7 @@ What this module does NOT do: run evaluations or renew the lease
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import exists, select, update
@@ -95,6 +97,18 @@ class EvaluationsMixin(LeaseMixin):
                 .values(status="failed", error=error, updated_at=now, finished_at=now))
         with self._tx() as session:
             return self._written(session, stmt) == 1
+
+    def expire_queued_evaluations(self, older_than_s: float, reason: str) -> list[str]:
+        """End as failed (``error`` = ``reason``) the jobs queued more than ``older_than_s``
+        seconds ago: their task was lost or will never run. The ids it ended."""
+        now = utcnow()
+        stmt = (update(EvaluationJob)
+                .where(EvaluationJob.status == "queued",
+                       EvaluationJob.created_at < now - timedelta(seconds=older_than_s))
+                .values(status="failed", error=reason, updated_at=now, finished_at=now)
+                .returning(EvaluationJob.evaluation_id))
+        with self._tx() as session:
+            return list(session.scalars(stmt))
 
     def get_evaluation(self, evaluation_id: str) -> EvaluationJobRecord | None:
         with self._tx() as session:

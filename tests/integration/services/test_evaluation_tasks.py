@@ -34,7 +34,7 @@ from mgrpo.models.checkpoint import MANIFEST, list_versions, run_root, version_u
 from mgrpo.services.api import evaluation_worker
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.api.evaluation_jobs import LEASE, EvaluationJobs
+from mgrpo.services.api.evaluation_jobs import LEASE, STALE_REASON, EvaluationJobs
 from mgrpo.services.context import load_service_config, open_store
 from mgrpo.services.control.tasks import Backoff
 from mgrpo.services.subagent.worker import SubagentWorker
@@ -79,7 +79,7 @@ def setup(postgres_url, rabbitmq_url, files):
                         connection.channel().queue_delete(prefix + name)
 
 
-def api(setup, **update) -> tuple[ApiState, TestClient]:
+def api(setup, jobs: dict | None = None, **update) -> tuple[ApiState, TestClient]:
     """One API process: its own in-memory bus to sub-agents of its own (an app closes its
     bus when it stops) and its own store connection."""
     settings, stops = setup[0].model_copy(update=update), setup[1]
@@ -90,7 +90,7 @@ def api(setup, **update) -> tuple[ApiState, TestClient]:
         worker.start()
         stops.append(worker.stop)
     stops.append(store.close)
-    state = ApiState(settings, cfg, store, bus, evaluations=EvaluationJobs(store))
+    state = ApiState(settings, cfg, store, bus, evaluations=EvaluationJobs(store, **jobs or {}))
     return state, TestClient(create_app(state))
 
 
@@ -132,6 +132,13 @@ def test_the_task_is_sent_with_its_name_and_payload(setup):
                      "split": "test", "greedy": False}] and kwargs == {}
     assert store.get_evaluation(job["evaluation_id"]).owner == ""
     assert store.get_lease(LEASE) is None  # the POST held it only while it queued the job
+    # its task is gone (taken off the queue above): past queued_s the job ends failed, and
+    # the next POST is accepted
+    _, later = api(setup, jobs={"queued_s": 0.0})
+    again = later.post("/v1/evaluations", json={"n_questions": 1}, headers=AUTH)
+    assert again.status_code == 202 and again.json()["status"] == "queued", again.text
+    lost = later.get(started.headers["Location"]).json()
+    assert (lost["status"], lost["error"]) == ("failed", STALE_REASON.format(s=0.0)), lost
 
 
 def test_a_worker_plays_it_to_done_with_the_in_process_accuracy(setup):

@@ -206,3 +206,10 @@ def queued_evaluation_contract(store, prefix: str) -> None:
     assert not store.claim_evaluation(job_b, "worker-1")  # ended: never played
     with pytest.raises(ValueError, match="starts running or queued"):
         store.create_evaluation(job_id("c"), "", {}, 1, "done")
+
+    store.create_evaluation(job_id("d"), "", {"n_questions": 1}, 1, "queued")
+    assert job_id("d") not in store.expire_queued_evaluations(3600, "lost")  # recent: kept
+    assert job_id("d") in store.expire_queued_evaluations(0, "lost")
+    assert store.expire_queued_evaluations(0, "again") == []  # ended once
+    assert (store.get_evaluation(job_id("d")).status, store.get_evaluation(job_id("d")).error,
+            store.get_evaluation(job_a).status) == ("failed", "lost", "running")

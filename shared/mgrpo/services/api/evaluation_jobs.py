@@ -32,7 +32,9 @@ job ``queued`` and sends the task ``mgrpo.control.evaluate``, holding the lease 
 checks and sends; a Celery worker in a planner API process plays it with
 :meth:`EvaluationJobs.play_queued` under a lease holder id of its own (so its process's own
 starts are refused while it plays), on the same lane, with the same writes. A job that is no
-longer queued is not played again.
+longer queued is not played again. A job still queued ``queued_s`` (30 min) after it was
+recorded ends ``failed`` at the next sweep (its task was lost: the retries of a task that
+waits end in about 7 minutes), so a lost task does not refuse every later start.
 
 What this module does NOT do: resume an interrupted job (start it again), or cancel one.
 Its episodes are not stored, only its progress and its result.
@@ -69,6 +71,9 @@ PROGRESS_S = 2.0
 ORPHAN_REASON = ("interrupted: the API process that ran it stopped before it ended (its "
                  "lease on 'evaluation' expired or was released); start it again")
 SHUTDOWN_REASON = "interrupted: the API process that ran it shut down; start it again"
+QUEUED_S = 1800.0  # a job still queued after this: its task is lost (retries end in ~7 min)
+STALE_REASON = ("failed: no evaluation worker took it within {s:.0f} s of being queued (its "
+                "task was lost); start it again")
 
 
 def process_owner() -> str:
@@ -111,10 +116,11 @@ class EvaluationJobs:
 
     def __init__(self, store, owner: str | None = None, lease_s: float = LEASE_S,
                  progress_s: float = PROGRESS_S, keep: int = 20, lease: str = LEASE,
-                 send: Callable[[Evaluate], None] | None = None) -> None:
+                 send: Callable[[Evaluate], None] | None = None,
+                 queued_s: float = QUEUED_S) -> None:
         self.store, self.owner = store, owner or process_owner()
         self.lease_s, self.progress_s, self.keep, self.lease = lease_s, progress_s, keep, lease
-        self.send = send
+        self.send, self.queued_s = send, queued_s
         self._jobs: dict[str, EvaluationJob] = {}
         self._starting: asyncio.Lock | None = None
 
@@ -129,6 +135,10 @@ class EvaluationJobs:
         if swept:
             log.warning("evaluations %s were running in an API process that is gone: marked "
                         "interrupted", ", ".join(swept))
+        if stale := self.store.expire_queued_evaluations(
+                self.queued_s, STALE_REASON.format(s=self.queued_s)):
+            log.warning("evaluations %s were queued for over %.0f s: marked failed",
+                        ", ".join(stale), self.queued_s)
         return swept
 
     def on_startup(self) -> None:
