@@ -194,6 +194,7 @@ def test_a_clean_shutdown_interrupts_the_played_job_and_acks_its_task(setup):
     interrupted, its task is acked (not redelivered), the lease is free."""
     settings, store = setup[0], setup[2]
     kit.PLANNER_GATE.clear()
+    kit.PLANNER_BATCHES.clear()
     try:
         state, client = api(setup)
         with client:
@@ -290,13 +291,13 @@ def test_a_redelivered_task_does_not_run_twice(setup):
         evaluation_id = done["evaluation_id"]
         command = Evaluate(evaluation_id=evaluation_id, n_questions=2, split="test",
                            greedy=True)
-        batches = len(kit.PLANNER_BATCHES)
+        played = state.batcher.batch_sizes[:]  # this process's model thread's batches
         worker.send(command)  # the same task id again: a redelivery after a lost ack
         # a new id for the same evaluation: a worker killed before it recorded the id
         send_control(worker.app, TASK_EVALUATE, command)
         assert wait_for(lambda: worker.ctx.done == {TASK_EVALUATE: 2}, timeout_s=TIMEOUT_S)
         time.sleep(0.5)
-        assert len(kit.PLANNER_BATCHES) == batches  # nothing played again
+        assert state.batcher.batch_sizes == played  # nothing played again
         assert client.get(started.headers["Location"]).json() == done
 
         # the job of a worker killed while it played (running, its owner's lease gone):
@@ -310,7 +311,7 @@ def test_a_redelivered_task_does_not_run_twice(setup):
         assert wait_for(lambda: worker.ctx.done == {TASK_EVALUATE: 3}, timeout_s=TIMEOUT_S)
         job = client.get(f"/v1/evaluations/{killed}").json()
         assert job["status"] == "interrupted" and job["played"] == 0, job
-        assert len(kit.PLANNER_BATCHES) == batches
+        assert state.batcher.batch_sizes == played
 
 
 def test_the_control_worker_process_runs_its_tasks(deployment, tmp_path):

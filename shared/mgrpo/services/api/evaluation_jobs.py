@@ -296,8 +296,9 @@ class EvaluationJobs:
             episodes_jobs = [EpisodeJob(q, f"query-eval{run}-{q.id}", 0, mix_seed("eval", q.id))
                              for q in questions]
             futures = state.query_batcher().submit_background(episodes_jobs, body.greedy)
-            for future in futures:
-                future.add_done_callback(lambda _: setattr(job, "played", job.played + 1))
+            for future in futures:  # a cancelled episode (shutdown) was not played
+                future.add_done_callback(lambda done: done.cancelled() or setattr(
+                    job, "played", job.played + 1))
             episodes = await asyncio.gather(*futures, return_exceptions=True)
             failed = next((e for e in episodes if isinstance(e, BaseException)), None)
             if failed is not None:
@@ -364,15 +365,15 @@ class EvaluationJobs:
     def shutdown(self) -> None:
         """The process stops: its running job is marked interrupted, the lease released."""
         for job in list(self._jobs.values()):
-            if job.task is not None and job.loop is not None:
-                with contextlib.suppress(RuntimeError):  # its loop is closed: it ended
-                    job.loop.call_soon_threadsafe(job.task.cancel)
             try:
                 self.store.update_evaluation(job.evaluation_id, job.owner, played=job.played,
                                              status="interrupted", error=SHUTDOWN_REASON)
             except Exception as error:  # noqa: BLE001 - swept once the lease expires
                 log.warning("evaluation %s: cannot mark it interrupted (%s)",
                             job.evaluation_id, error)
+            if job.task is not None and job.loop is not None:  # then stop it (its loop may
+                with contextlib.suppress(RuntimeError):  # be the worker's; closed: it ended)
+                    job.loop.call_soon_threadsafe(job.task.cancel)
             self._jobs.pop(job.evaluation_id, None)
             try:
                 self.store.release_lease(self.lease, job.owner)
