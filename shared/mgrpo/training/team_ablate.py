@@ -12,9 +12,11 @@ Every arm trains once per seed from its warm start and is evaluated greedily on 
 - ``swap: [role_a, role_b]``: each arm that gives those roles different models is also
   evaluated after RL with the two trained models exchanged (arm ``<arm>+swapped``).
 
-Writes ``{out_dir}/results.md``: accuracy before and after per arm (mean and 95% Student-t
-interval over seeds) and each arm minus the first (``baseline``), paired on the same tasks
-(95% bootstrap over (seed, task) pairs, ``mgrpo.algo.paired``), and ``{out_dir}/ablation.json``.
+Writes ``{out_dir}/results.md``: accuracy (solved share) and mean team reward before and
+after per arm (mean and 95% Student-t interval over seeds) and each arm minus the first
+(``baseline``), paired on the same tasks (95% bootstrap over (seed, task) pairs,
+``mgrpo.algo.paired``): on solved, and on the team reward too where some task's is partial
+(``coder_tester``: the fraction of hidden tests passed); and ``{out_dir}/ablation.json``.
 """
 
 from __future__ import annotations
@@ -256,17 +258,20 @@ def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
 
     base = arm_config(cfg, cfg.first(), cfg.seeds[0])
     lines = [f"Seeds {cfg.seeds}; {cfg.test_tasks} held-out tasks of {base.workflow.world}'s "
-             f"test split; {wall_s / 60:.1f} min. Greedy team accuracy (solved), mean ± 95% "
-             "Student-t half-width over seeds (nan: one seed).", "",
-             "| arm | before RL | after RL |", "| --- | ---: | ---: |"]
+             f"test split; {wall_s / 60:.1f} min. Greedy team: accuracy (solved share: team "
+             "reward 1.0) and team reward (`World.score` in [0, 1], the same where a world "
+             "scores 0 or 1), mean ± 95% Student-t half-width over seeds (nan: one seed).", "",
+             "| arm | before RL | after RL | team reward before | team reward after |",
+             "| --- | ---: | ---: | ---: | ---: |"]
     for arm, runs in results.items():
         cells = []
-        for when in ("before", "after"):
-            vals = [r[when]["eval/greedy/accuracy"] for r in runs
-                    if "eval/greedy/accuracy" in r[when]]
-            cells.append("-" if not vals else "{:.3f} ± {:.3f}".format(*mean_ci(vals)))
-        lines.append(f"| {arm} | {cells[0]} | {cells[1]} |")
-    lines += ["", "Paired on the same (seed, task) pairs after RL (95% bootstrap over them):", "",
+        for key in ("eval/greedy/accuracy", "eval/greedy/team_reward"):
+            for when in ("before", "after"):
+                vals = [r[when][key] for r in runs if key in r[when]]
+                cells.append("-" if not vals else "{:.3f} ± {:.3f}".format(*mean_ci(vals)))
+        lines.append(f"| {arm} | {' | '.join(cells)} |")
+    lines += ["", "Paired on the same (seed, task) pairs after RL (95% bootstrap over them): "
+              "solved (team reward 1.0), and the team reward where some task's is partial:", "",
               "| comparison | difference | 95% interval | excludes 0 |",
               "| --- | ---: | ---: | --- |"]
     first = cfg.first()
@@ -275,7 +280,12 @@ def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
     for a, b in others:
         sa, sb = task_scores(results[a]), task_scores(results[b])
         common = sorted(set(sa) & set(sb))
-        res = paired_bootstrap([sa[q] for q in common], [sb[q] for q in common])
-        lines.append(f"| {a} - {b} | {res.diff:+.3f} | [{res.low:+.3f}, {res.high:+.3f}] | "
-                     f"{'yes' if res.significant else 'no'} |")
+        partial = any(0.0 < s[q] < 1.0 for s in (sa, sb) for q in common)
+        measures = [("", lambda v: float(v == 1.0))]
+        measures += [(" (team reward)", float)] if partial else []
+        for label, value in measures:
+            res = paired_bootstrap([value(sa[q]) for q in common],
+                                   [value(sb[q]) for q in common])
+            lines.append(f"| {a} - {b}{label} | {res.diff:+.3f} | [{res.low:+.3f}, "
+                         f"{res.high:+.3f}] | {'yes' if res.significant else 'no'} |")
     return "\n".join(lines) + "\n"

@@ -110,3 +110,28 @@ def test_report_pairs_each_arm_with_the_baseline_and_its_swapped_team_once(tmp_p
                                                   ["| specialised - specialised+swapped",
                                                    "+0.750"]]
     assert "| specialised+swapped | - | 0.000 ± nan |" in text
+
+
+def test_report_pairs_solved_tasks_and_partial_team_rewards_apart(tmp_path):
+    """coder_tester's team reward is the fraction of hidden tests passed: an arm that passes
+    half of them on every task solves none, as does one that passes none; the solved
+    comparison is 0 and the team reward's +0.375, each in its own row."""
+    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.training.team_round import write_task_scores
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_coder.yaml")
+    cfg = cfg.model_copy(update={"seeds": [0]})
+    rewards = {"specialised": [0.5, 0.5, 0.5, 1.0], "shared": [0.0, 0.0, 0.0, 1.0]}
+    results = {}
+    for arm, vals in rewards.items():
+        out = tmp_path / arm
+        out.mkdir()
+        write_task_scores(out, {f"task{i}": v for i, v in enumerate(vals)})
+        after = {"eval/greedy/accuracy": 0.25, "eval/greedy/team_reward": sum(vals) / 4}
+        results[arm] = [{"seed": 0, "before": after, "after": after, "out_dir": str(out)}]
+    text = team_markdown(cfg, results, 60.0)
+    rows = [line.split(" | ")[:2] for line in text.splitlines()
+            if line.startswith("| specialised -")]
+    assert rows == [["| specialised - shared", "+0.000"],
+                    ["| specialised - shared (team reward)", "+0.375"]]
+    assert "| specialised | 0.250 ± nan | 0.250 ± nan | 0.625 ± nan | 0.625 ± nan |" in text
