@@ -8,6 +8,12 @@ answer that does not solve the task: 0.5 x the fraction of the shortest distance
 closed before stopping (a bad move stops the walk). The tool role's code (e.g. a BFS) runs
 in the sandbox; its output is what the plan role sees. The expert writes that BFS, and the
 planner copies a solving tool output (else answers its own BFS path).
+
+``grid_input`` (default off): the tool is a code interpreter that holds the environment's
+state. The world runs ``grid = [...]`` (the task's rows as a list of strings, written with
+``repr``) before the tool's program, in the same interpreter, and the tool's observation says
+so; the expert's BFS reads ``grid`` and is the same text for every task. Off: the program
+runs as written and the expert's BFS spells the grid out as a literal (``g = [...]``).
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ def walk(grid: list[str], moves: str) -> tuple[tuple[int, int], bool]:
 
 
 BFS_CODE = '''from collections import deque
-g = {grid!r}
+g = {grid}
 n = len(g)
 s = next((r, row.index("S")) for r, row in enumerate(g) if "S" in row)
 prev = {{s: None}}
@@ -95,13 +101,15 @@ class PlanPath(ToolPlanWorld):
     name = "plan_path"
     answer_help = "the moves from S to G (U D L R)"
 
-    def __init__(self, size: int = 5, walls: float = 0.25, **kw):
+    def __init__(self, size: int = 5, walls: float = 0.25, grid_input: bool = False, **kw):
         super().__init__(**kw)
         if not 3 <= size <= 12:
             raise ValueError(f"plan_path: size={size} must be in 3..12")
         if not 0 <= walls < 0.6:
             raise ValueError(f"plan_path: walls={walls} must be in [0, 0.6)")
-        self.size, self.walls = size, walls
+        if not isinstance(grid_input, bool):
+            raise ValueError(f"plan_path: grid_input={grid_input!r} must be true or false")
+        self.size, self.walls, self.grid_input = size, walls, grid_input
 
     def draw(self, rng: random.Random) -> tuple[str, WorldTask]:
         n = self.size
@@ -132,8 +140,15 @@ class PlanPath(ToolPlanWorld):
         why = "hit a wall or the edge" if not valid else "did not end on G"
         return 0.5 * max(0.0, closed), False, why
 
+    def preamble(self, task: WorldTask) -> str:
+        return f"grid = {list(task.data['grid'])!r}\n" if self.grid_input else ""
+
+    def tool_note(self) -> str:
+        return ("Your program starts with `grid` defined: the rows above as a list of "
+                "strings.") if self.grid_input else ""
+
     def expert_code(self, task: WorldTask) -> str:
-        return BFS_CODE.format(grid=task.data["grid"])
+        return BFS_CODE.format(grid="grid" if self.grid_input else repr(task.data["grid"]))
 
     def expert_answer(self, task: WorldTask) -> str:
         return str(task.solution)

@@ -16,6 +16,12 @@ class PlanPathSolo(PlanPath):
     name = "plan_path"  # the same task ids and splits as the team's world
     roles = ("plan",)
 
+    def __init__(self, grid_input: bool = False, **kw):
+        if grid_input:
+            raise ValueError("plan_path_solo: grid_input gives the tool agent's program the "
+                             "grid; the single agent has no tool (drop it)")
+        super().__init__(**kw)
+
     def observe(self, state: WorldState, role: str) -> str:
         d = state.data
         lines = [state.task.statement]

@@ -8,6 +8,10 @@ plan role ``<answer>...</answer>``. Anything else is a malformed action: a turn 
 reward 0, ``malformed`` set and a feedback line, never an exception. Code that fails, times
 out or prints nothing earns the tool role 0.
 
+A world may define a :meth:`ToolPlanWorld.preamble`: code run before the tool role's
+program in the same interpreter (``plan_path``'s ``grid_input``), noted in the tool's
+observation by :meth:`ToolPlanWorld.tool_note`.
+
 Local rewards (each in [0, 1]): tool -> 1.0 when its output, read as an answer, solves the
 task; 0.2 when it ran and printed something; else 0. plan -> 1.0 when its answer solves the
 task; otherwise the world's partial credit (at most 0.5) for a well-formed answer; 0 for a
@@ -109,6 +113,15 @@ class ToolPlanWorld:
     def expert_answer(self, task: WorldTask) -> str:
         raise NotImplementedError
 
+    def preamble(self, task: WorldTask) -> str:
+        """Code the world runs before the tool role's program, in the same interpreter
+        (default: none)."""
+        return ""
+
+    def tool_note(self) -> str:
+        """A line the tool role's observation adds about :meth:`preamble` (default: none)."""
+        return ""
+
     # -- the World protocol -----------------------------------------------------------------
     @property
     def sandbox(self) -> Any:
@@ -132,6 +145,8 @@ class ToolPlanWorld:
         if role == "tool":
             lines.append("You are the tool agent: write Python that prints "
                          f"{self.answer_help}, as <tool>code</tool>.")
+            if self.tool_note():
+                lines.append(self.tool_note())
             if d["tool_output"]:
                 lines.append(f"Your last output: {d['tool_output']}")
         else:
@@ -176,8 +191,8 @@ class ToolPlanWorld:
             state.data["tool_output"] = ""
             return 0.0, Malformed("malformed: expected <tool>code</tool>")
         try:
-            result = self.sandbox.execute(ExecRequest(code=code, timeout_s=self.timeout_s,
-                                                      memory_mb=256))
+            result = self.sandbox.execute(ExecRequest(code=self.preamble(state.task) + code,
+                                                      timeout_s=self.timeout_s, memory_mb=256))
         except ValueError as error:  # a request the sandbox refuses (a lone surrogate)
             state.data["tool_output"] = ""
             return 0.0, clip(f"refused: {error}")
