@@ -28,6 +28,18 @@ def world_roles(name: str) -> tuple[str, ...]:
     return tuple(build_world(name).roles)
 
 
+def check_world_options(name: str, options: dict) -> None:
+    """Build world ``name`` with ``options`` once, so an option it does not take (a typo) or
+    a value it refuses stops the config at load time, naming the option."""
+    from mgrpo.envs.worlds import build_world
+
+    try:
+        build_world(name, **options)
+    except TypeError as error:  # an unexpected keyword: the constructor names it
+        raise ValueError(f"workflow.world_options {options}: world {name!r} refuses them "
+                         f"({error})") from None
+
+
 class TurnTeam(Workflow):
     name = "turn_team"
     description = "roles take turns on a world, each observing and acting in order"
@@ -56,6 +68,7 @@ class TurnTeam(Workflow):
             raise ValueError("workflow turn_team needs `world:` (a registered world: "
                              "plan_path, sudoku4, or one a `plugins:` module registers)")
         roles = world_roles(flow.world)
+        check_world_options(flow.world, flow.world_options)
         if sorted(flow.roles) != sorted(roles):
             raise ValueError(f"workflow.roles {sorted(flow.roles)} must name exactly the "
                              f"roles of world {flow.world!r}: {list(roles)}")

@@ -53,6 +53,11 @@ def test_turn_team_roles_replace_agents_and_default_to_at_grpo():
     ({"world": None}, "needs `world:`"),
     ({"kind": "debate"}, "unknown workflow 'debate'; known: hierarchy, turn_team"),
     ({"alpha": -1}, "greater than or equal to 0"),
+    ({"world_options": {"grid_imput": True}},
+     "world_options {'grid_imput': True}: world 'plan_path' refuses them"),
+    ({"world_options": {"grid_input": "yes"}}, "grid_input='yes' must be true or false"),
+    ({"world": "plan_path_solo", "roles": {"plan": "m2"}, "world_options": {"grid_input": True}},
+     "the single agent has no tool"),
 ])
 def test_turn_team_mistakes_are_refused(change, message):
     data = _team()
