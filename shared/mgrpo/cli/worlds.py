@@ -50,14 +50,20 @@ def demos(name: str = typer.Argument(..., help="A world name (see `mgrpo worlds 
           out: str = typer.Option(..., "--out", help="JSONL file to write (mgrpo sft --data)."),
           split: str = typer.Option("train", "--split", help="train, dev or test."),
           n: int = typer.Option(200, "--n", min=1, help="Tasks to play."),
-          seed: int = typer.Option(0, "--seed", help="The tasks' seed.")) -> None:
+          seed: int = typer.Option(0, "--seed", help="The tasks' seed."),
+          options: str = typer.Option("{}", "--options", help="The world's options as a "
+                                      "JSON object (a run config's workflow.world_options), "
+                                      "e.g. '{\"grid_input\": true}'.")) -> None:
     """Write the scripted expert's turns on N tasks (the solved episodes) as SFT examples,
     one per turn: {agent: role, segments: [observation, action]}."""
     # on use: keeps the library out of the CLI's start
     from mgrpo.envs.worlds import build_world
     from mgrpo.envs.worlds.demos import expert_demos, write_demos
 
-    examples = expert_demos(build_world(name), split, n, seed)
+    world_options = json.loads(options)
+    if not isinstance(world_options, dict):
+        raise typer.BadParameter(f"--options {options!r} is not a JSON object")
+    examples = expert_demos(build_world(name, **world_options), split, n, seed)
     path = write_demos(examples, out)
     roles: dict[str, int] = {}
     for example in examples:

@@ -38,3 +38,17 @@ def test_a_world_that_needs_options_is_listed_with_the_reason(monkeypatch):
     result = CliRunner().invoke(app, ["worlds", "list"])
     assert result.exit_code == 0, result.output
     assert "needs_size_cli_test" in result.output and "needs options to build" in result.output
+
+
+def test_worlds_demos_builds_the_world_with_its_options(tmp_path):
+    out = tmp_path / "demos.jsonl"
+    args = ["worlds", "demos", "plan_path", "--n", "3", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--options", '{"grid_input": true}'])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    tool = [r["segments"] for r in rows if r["agent"] == "tool"]
+    assert len(tool) == 3 and all("g = grid\n" in s[1]["text"] for s in tool)
+    assert all("`grid` defined" in s[0]["text"] for s in tool)
+    refused = CliRunner().invoke(app, [*args, "--options", '{"grid_imput": true}'])
+    assert refused.exit_code != 0 and "grid_imput" in refused.output
+    assert CliRunner().invoke(app, [*args, "--options", "[1]"]).exit_code != 0
