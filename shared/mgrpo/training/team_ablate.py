@@ -9,8 +9,9 @@ Every arm trains once per seed from its warm start and is evaluated greedily on 
 - ``warm_start``: each model starts from a copy of its ``path`` fine-tuned (``mgrpo sft``'s
   recipe) on the world's scripted expert turns (``mgrpo worlds demos``) of the roles it
   plays in that arm (a shared model: every role's; one warm start per (world, roles));
-- ``swap: [role_a, role_b]``: each arm that gives those roles different models is also
-  evaluated after RL with the two trained models exchanged (arm ``<arm>+swapped``).
+- ``swap: [role_a, role_b]``: each arm that plays both roles with different models is also
+  evaluated after RL with the two trained models exchanged (arm ``<arm>+swapped``); arms
+  without both roles (a single agent) are not swapped, and at least one arm must have them.
 
 Writes ``{out_dir}/results.md``: accuracy (solved share) and mean team reward before and
 after per arm (mean and 95% Student-t interval over seeds) and each arm minus the first
@@ -70,13 +71,15 @@ class TeamAblateConfig(StrictModel):
                              "`swap: [role, role]`")
         if self.baseline is not None and self.baseline not in self.arms:
             raise ValueError(f"baseline {self.baseline!r} is not an arm: {list(self.arms)}")
+        roles = {}
         for arm in self.arms:
             cfg = arm_config(self, arm, self.seeds[0])
             if cfg.flow.name != "turn_team":
                 raise ValueError(f"arm {arm}: a team ablation's runs are turn_team runs")
-            if self.swap and not set(self.swap) <= set(cfg.workflow.roles):
-                raise ValueError(f"swap {self.swap}: arm {arm}'s roles are "
-                                 f"{sorted(cfg.workflow.roles)}")
+            roles[arm] = sorted(cfg.workflow.roles)
+        if self.swap and not any(set(self.swap) <= set(r) for r in roles.values()):
+            raise ValueError(f"swap {self.swap}: no arm plays both roles (the arms' roles: "
+                             f"{roles})")
         return self
 
     def first(self) -> str:
@@ -222,7 +225,7 @@ def run_team_ablation(cfg: TeamAblateConfig) -> dict[str, list[dict]]:
             results.setdefault(arm, []).append({"seed": seed, **done,
                                                 "out_dir": run_cfg.out_dir})
             _log(t0, arm, seed, done["after"])
-            if cfg.swap:
+            if cfg.swap and set(cfg.swap) <= set(run_cfg.workflow.roles):
                 out = Path(run_cfg.out_dir) / "swapped"
                 after = swapped_eval(run_cfg, cfg.swap, out)
                 if after is not None:

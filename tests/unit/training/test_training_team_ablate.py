@@ -20,7 +20,8 @@ CONFIGS = sorted(EXAMPLES.glob("ablate_team_*.yaml"))
 
 def test_the_comparisons_have_configs():
     assert [p.stem.removeprefix("ablate_team_") for p in CONFIGS] == [
-        "alpha", "grouping", "sharing_coder", "sharing_math", "single_agent", "swap"]
+        "alpha", "grouping", "plan_path", "sharing_coder", "sharing_math", "single_agent",
+        "swap"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -53,6 +54,27 @@ def test_settings_of_the_arms():
         assert len(roles["specialised"]) == 2 and roles["shared"] == {"shared"}
 
 
+def test_plan_path_team_has_the_grid_and_only_it_is_swapped(tmp_path, monkeypatch):
+    from mgrpo.training import team_ablate
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_plan_path.yaml")
+    team, single = arm_config(cfg, "team", 0), arm_config(cfg, "single", 0)
+    assert team.workflow.world_options == {"grid_input": True}
+    assert single.workflow.world == "plan_path_solo" and single.workflow.world_options == {}
+    assert cfg.swap == ["tool", "plan"] and team.workflow.roles == {"tool": "tool",
+                                                                    "plan": "plan"}
+    swapped = []
+    monkeypatch.setattr("mgrpo.training.ablate.finished_run",
+                        lambda out, rounds: {"before": {}, "after": {}})
+    monkeypatch.setattr(team_ablate, "swapped_eval",
+                        lambda run, roles, out: swapped.append(run.name) or {})
+    monkeypatch.setattr(team_ablate, "team_markdown", lambda *a: "")
+    small = cfg.model_copy(update={"seeds": [0], "warm_start": None,
+                                   "out_dir": str(tmp_path)})
+    results = team_ablate.run_team_ablation(small)
+    assert swapped == ["team-s0"] and sorted(results) == ["single", "team", "team+swapped"]
+
+
 def test_bad_configs_are_refused_in_one_line(tmp_path):
     data = yaml.safe_load((EXAMPLES / "ablate_team_grouping.yaml").read_text())
     data["arms"]["shared_naive"]["workflow"]["grouping"] = "roles"
@@ -61,6 +83,11 @@ def test_bad_configs_are_refused_in_one_line(tmp_path):
     data = yaml.safe_load((EXAMPLES / "ablate_team_swap.yaml").read_text())
     del data["swap"]  # one arm and nothing to compare it with
     with pytest.raises(ValueError, match="compares two arms or more"):
+        load_team_ablate(tmp_path / "x.yaml", data)
+    data = yaml.safe_load((EXAMPLES / "ablate_team_plan_path.yaml").read_text())
+    del data["arms"]["team"]  # the single agent alone has no tool to swap
+    data["arms"]["single2"] = data["arms"]["single"]
+    with pytest.raises(ValueError, match=r"swap \['tool', 'plan'\]: no arm plays both roles"):
         load_team_ablate(tmp_path / "x.yaml", data)
 
 
