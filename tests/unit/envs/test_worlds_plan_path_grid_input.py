@@ -28,7 +28,9 @@ def test_the_expert_is_one_program_that_solves_tasks_through_the_sandbox():
     assert [world.score(s) for s in states] == [1.0] * 20
     first = states[0].turns
     assert [(t.role, t.reward) for t in first] == [("tool", 1.0), ("plan", 1.0)]
-    assert first[1].action == f"<answer>{states[0].data['tool_output']}</answer>"
+    shown = states[0].data["tool_output"]
+    assert first[1].action == f"<answer>{shown}</answer>" and " " in shown
+    assert shown.replace(" ", "") == tasks[0].solution
     assert "`grid` defined" in first[0].observation
     assert "`grid` defined" not in first[1].observation
 
@@ -76,7 +78,9 @@ def test_off_is_the_world_as_before():
     assert off.preamble(task) == "" and off.tool_note() == ""
     code = off.expert_code(task)
     assert f"g = {task.data['grid']!r}\n" in code and "g = grid" not in code
-    assert code.replace(repr(task.data["grid"]), "grid") == on.expert_code(task)
+    assert '"".join(reversed(path))' in code
+    assert code.replace(repr(task.data["grid"]), "grid").replace(
+        '"".join', '" ".join') == on.expert_code(task)
     state = off.reset(task)
     assert "`grid`" not in off.observe(state, "tool")
     assert on.observe(state, "tool") == off.observe(state, "tool").replace(

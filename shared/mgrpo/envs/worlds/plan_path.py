@@ -12,8 +12,11 @@ planner copies a solving tool output (else answers its own BFS path).
 ``grid_input`` (default off): the tool is a code interpreter that holds the environment's
 state. The world runs ``grid = [...]`` (the task's rows as a list of strings, written with
 ``repr``) before the tool's program, in the same interpreter, and the tool's observation says
-so; the expert's BFS reads ``grid`` and is the same text for every task. Off: the program
-runs as written and the expert's BFS spells the grid out as a literal (``g = [...]``).
+so; the expert's BFS reads ``grid``, is the same text for every task, and prints the moves
+space-separated (``U U R``: one token per move in our tokenizers, so the planner copying
+that output copies tokens; written together, ``UUR`` is cut into different tokens after a
+space and after ``<answer>``). Off: the program runs as written and the expert's BFS spells
+the grid out as a literal (``g = [...]``) and prints the moves together.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ path, p = [], (r, c)
 while prev[p] is not None:
     p, m = prev[p]
     path.append(m)
-print("".join(reversed(path)))'''
+print("{sep}".join(reversed(path)))'''
 
 
 @register_world("plan_path")
@@ -148,7 +151,9 @@ class PlanPath(ToolPlanWorld):
                 "strings.") if self.grid_input else ""
 
     def expert_code(self, task: WorldTask) -> str:
-        return BFS_CODE.format(grid="grid" if self.grid_input else repr(task.data["grid"]))
+        if self.grid_input:
+            return BFS_CODE.format(grid="grid", sep=" ")
+        return BFS_CODE.format(grid=repr(task.data["grid"]), sep="")
 
     def expert_answer(self, task: WorldTask) -> str:
         return str(task.solution)
