@@ -31,8 +31,6 @@ def world_roles(name: str) -> tuple[str, ...]:
 def check_world_options(name: str, options: dict) -> None:
     """Build world ``name`` with ``options`` once, so an option it does not take (a typo) or
     a value it refuses stops the config at load time, naming the option."""
-    from mgrpo.envs.worlds import build_world
-
     try:
         build_world(name, **options)
     except TypeError as error:  # an unexpected keyword: the constructor names it
