@@ -20,8 +20,8 @@ CONFIGS = sorted(EXAMPLES.glob("ablate_team_*.yaml"))
 
 def test_the_comparisons_have_configs():
     assert [p.stem.removeprefix("ablate_team_") for p in CONFIGS] == [
-        "alpha", "grouping", "plan_path", "sharing_coder", "sharing_math", "single_agent",
-        "swap"]
+        "alpha", "grouping", "plan_path", "plan_path_alpha", "plan_path_grouping",
+        "sharing_coder", "sharing_math", "single_agent", "swap"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
