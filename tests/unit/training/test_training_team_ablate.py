@@ -64,7 +64,7 @@ def test_plan_path_team_has_the_grid_and_only_it_is_swapped(tmp_path, monkeypatc
     assert cfg.swap == ["tool", "plan"] and team.workflow.roles == {"tool": "tool",
                                                                     "plan": "plan"}
     swapped = []
-    monkeypatch.setattr("mgrpo.training.ablate.finished_run",
+    monkeypatch.setattr(team_ablate, "finished_run",
                         lambda out, rounds: {"before": {}, "after": {}})
     monkeypatch.setattr(team_ablate, "swapped_eval",
                         lambda run, roles, out: swapped.append(run.name) or {})
