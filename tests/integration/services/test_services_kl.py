@@ -38,8 +38,10 @@ def test_round_with_kl_ends_done_and_kl_is_nonzero_after_weights_move(deployment
     for _ in range(2):
         settings, cfg, bus, record = run_round(env, store)
         rid = record.round_id
-        assert wait_for(lambda rid=rid: store.get_round(rid).status in ("done", "failed")), \
-            f"round {store.get_round(rid).status}:\n{services.log('trainer-searcher')[-3000:]}"
+        assert wait_for(lambda rid=rid: store.get_round(rid).status in ("done", "failed"),
+                        timeout_s=240.0), \
+            f"round {store.get_round(rid).status}:\n" + "\n".join(
+                services.log(f"trainer-{m}")[-1500:] for m in ("planner", "searcher", "coder"))
         assert store.get_round(rid).status == "done", store.get_round(rid).error
         rounds.append(store.metrics(cfg.name, rid)[rid])
         bus.close()
