@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 from parity_kit import assert_rounds_equal, load_bench_round
 from queues_cleanup import delete_queues, delete_run_queues
+from scripted_turns import TurnEngine
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.config import Settings
-from mgrpo.engines.base import Completion
 from mgrpo.envs import load_benchmark
 from mgrpo.services.context import Queues
 from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
@@ -77,23 +77,9 @@ def turn(text: str, seed: int) -> str:
     return "<return>found</return>" if seed % 3 else "<return>lost</return>"
 
 
-class ScriptedTurns:
+def ScriptedTurns(tokenizer) -> TurnEngine:  # noqa: N802 - the engine these tests name
     """An engine writing :func:`turn` (logprobs: -1 per token)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer, self.version = tokenizer, 0
-
-    def generate(self, requests) -> list[Completion]:
-        out = []
-        for req in requests:
-            text = turn(self.tokenizer.decode(req.prompt_ids), req.params.seed)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            out.append(Completion(list(req.prompt_ids), ids, [-1.0] * len(ids),
-                                  self.tokenizer.decode(ids), "stop"))
-        return out
-
-    def load_weights(self, source, version: int) -> None:
-        self.version = version
+    return TurnEngine(tokenizer, turn)
 
 
 def scripted(path: str, device: str):

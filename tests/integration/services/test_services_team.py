@@ -24,11 +24,11 @@ import httpx
 import pytest
 import torch
 from queues_cleanup import delete_run_queues
+from scripted_turns import TurnEngine
 from serving import running_server
 
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.config import Settings
-from mgrpo.engines.base import Completion
 from mgrpo.envs.worlds import build_world
 from mgrpo.models.checkpoint import load_checkpoint, run_root
 from mgrpo.services.api.app import create_app
@@ -50,26 +50,14 @@ TOOL_TURNS = ("<tool>print('RRDD')</tool>", "<tool>print(1)</tool>", "nonsense")
 PLAN_TURNS = ("<answer>R</answer>", "<answer>D</answer>", "junk", "<answer>RRDD</answer>")
 
 
-class ScriptedTurns:
-    """An engine that writes one of the plan_path turns above, chosen by the request's seed
-    (logprobs: -1 per token)."""
+def team_turn(prompt: str, seed: int) -> str:
+    """One of the plan_path turns above, chosen by the request's seed."""
+    turns = TOOL_TURNS if "You are the tool agent" in prompt else PLAN_TURNS
+    return turns[seed % len(turns)]
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer, self.version = tokenizer, 0
 
-    def generate(self, requests) -> list[Completion]:
-        out = []
-        for req in requests:
-            prompt = self.tokenizer.decode(req.prompt_ids)
-            turns = TOOL_TURNS if "You are the tool agent" in prompt else PLAN_TURNS
-            ids = self.tokenizer.encode(turns[req.params.seed % len(turns)],
-                                        add_special_tokens=False)
-            out.append(Completion(list(req.prompt_ids), ids, [-1.0] * len(ids),
-                                  self.tokenizer.decode(ids), "stop"))
-        return out
-
-    def load_weights(self, source, version: int) -> None:
-        self.version = version
+def ScriptedTurns(tokenizer) -> TurnEngine:  # noqa: N802 - the engine these tests name
+    return TurnEngine(tokenizer, team_turn)
 
 
 def scripted(path: str, device: str):
