@@ -10,8 +10,11 @@ Every agent context is a conversation rendered by ``tokenizer.apply_chat_templat
   and its tool (``{"input": string}``). A tool call runs the tool, whose output comes back as a
   ``tool`` message; a turn without a tool call is the result.
 
-Tool calls are read back in the format of :data:`TOOL_CALL_PARSERS` (``hermes``: Qwen2.5,
-Hermes and others, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``). A turn that
+Tool calls are read back and written (the expert demonstrations) in a format of
+:data:`TOOL_CALL_FORMATS` (``hermes``: Qwen2.5, Hermes and others, ``<tool_call>{"name": ...,
+"arguments": {...}}</tool_call>``; ``json_list``: SmolLM2, the same inside a JSON list). The
+template must show the tools it is given (``tools=``): one that drops them is refused, and
+``chat_template`` (a built-in name or a Jinja file's text) replaces the tokenizer's own. A turn that
 does not end with the template's end-of-turn token, holds a malformed or unclosed call, more
 than one call, an unknown tool or wrong arguments, or nothing at all is an ``invalid`` action
 with its reason (the runner ends the episode; r_format is 0).
@@ -35,6 +38,7 @@ import contextlib
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +50,57 @@ _SENTINEL = "\x00mgrpo-turn\x00"
 
 def parse_hermes(content: str) -> tuple[list[tuple[str, dict]], str] | str:
     """``([(name, arguments), ...], text outside the calls)`` of ``<tool_call>{json}
-    </tool_call>`` blocks, or the reason they are malformed."""
+    </tool_call>`` blocks, or the reason they are malformed. A block may hold one call object
+    or a JSON list of them (``<tool_call>[{"name": ..., "arguments": ...}]</tool_call>``,
+    SmolLM2's form)."""
     opens, closes = content.count("<tool_call>"), content.count("</tool_call>")
     if opens != closes:
         return f"unbalanced tool calls: {opens} <tool_call> and {closes} </tool_call>"
     calls = []
     for inner in re.findall(r"<tool_call>(.*?)</tool_call>", content, flags=re.S):
         try:
-            call = json.loads(inner)
-        except json.JSONDecodeError as err:
-            return f"tool call is not JSON ({err.msg}): {inner.strip()[:80]!r}"
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return f"tool call needs a string \"name\": {inner.strip()[:80]!r}"
-        args = call.get("arguments", {})
-        if isinstance(args, str):
-            with contextlib.suppress(json.JSONDecodeError):
-                args = json.loads(args)
-        if not isinstance(args, dict):
-            return f"tool call \"arguments\" must be an object: {inner.strip()[:80]!r}"
-        calls.append((call["name"], args))
+            block = json.loads(inner)
+        except (json.JSONDecodeError, RecursionError) as err:
+            reason = getattr(err, "msg", "nested too deeply")
+            return f"tool call is not JSON ({reason}): {inner.strip()[:80]!r}"
+        for call in block if isinstance(block, list) else [block]:
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                return f"tool call needs a string \"name\": {inner.strip()[:80]!r}"
+            args = call.get("arguments", {})
+            if isinstance(args, str):
+                with contextlib.suppress(json.JSONDecodeError, RecursionError):
+                    args = json.loads(args)
+            if not isinstance(args, dict):
+                return f"tool call \"arguments\" must be an object: {inner.strip()[:80]!r}"
+            calls.append((call["name"], args))
     return calls, re.sub(r"<tool_call>.*?</tool_call>", "", content, flags=re.S)
 
 
-TOOL_CALL_PARSERS: dict[str, Callable[[str], tuple[list[tuple[str, dict]], str] | str]] = {
-    "hermes": parse_hermes}
+def write_hermes(name: str, arguments: dict) -> str:
+    """A call as Qwen2.5 and Hermes write it: ``<tool_call>\\n{json}\\n</tool_call>``."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def write_json_list(name: str, arguments: dict) -> str:
+    """A call as SmolLM2 writes it: ``<tool_call>[{json}]</tool_call>``."""
+    return f"<tool_call>{json.dumps([{'name': name, 'arguments': arguments}])}</tool_call>"
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """How one model family writes a tool call (``write``: the expert demonstrations) and
+    how a turn's calls are read back (``parse``: rollouts)."""
+
+    parse: Callable[[str], tuple[list[tuple[str, dict]], str] | str]
+    write: Callable[[str, dict], str]
+
+
+# protocol.tool_call_format -> its format. Both read either form; they differ in what the
+# demonstrations write.
+TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
+    "hermes": ToolCallFormat(parse_hermes, write_hermes),
+    "json_list": ToolCallFormat(parse_hermes, write_json_list),
+}
 
 
 def function_tool(name: str, description: str, arg: str, arg_description: str) -> dict:
@@ -85,20 +116,24 @@ class ChatTemplateFormat:
 
     name = "chat_template"
 
-    def __init__(self, tokenizer: Any, tool_call_format: str = "hermes"):
-        if not getattr(tokenizer, "chat_template", None):
+    def __init__(self, tokenizer: Any, tool_call_format: str = "hermes",
+                 chat_template: str | None = None):
+        self.template = chat_template
+        if not (chat_template or getattr(tokenizer, "chat_template", None)):
             raise ValueError("protocol.format: chat_template needs a tokenizer with a chat "
                              f"template; {getattr(tokenizer, 'name_or_path', '') or 'this one'}"
                              " has none (use protocol.format: markup)")
-        if tool_call_format not in TOOL_CALL_PARSERS:
+        if tool_call_format not in TOOL_CALL_FORMATS:
             raise ValueError(f"protocol.tool_call_format {tool_call_format!r} is unknown; "
-                             f"known: {sorted(TOOL_CALL_PARSERS)}")
+                             f"known: {sorted(TOOL_CALL_FORMATS)}")
         self.tokenizer, self.tool_call_format = tokenizer, tool_call_format
-        self.parser = TOOL_CALL_PARSERS[tool_call_format]
+        self.parser = TOOL_CALL_FORMATS[tool_call_format].parse
+        self.write_call = TOOL_CALL_FORMATS[tool_call_format].write
         added = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
         self._added = re.compile("|".join(map(re.escape, added))) if added else None
         self.end_text, self.end_id = self._turn_end()
         self._check_append_only()
+        self._check_renders_tools()
 
     def clean(self, text: object) -> str:
         """``text`` without the tokenizer's added tokens (outside text cannot forge turns)."""
@@ -107,7 +142,8 @@ class ChatTemplateFormat:
     def render(self, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=gen, tokenize=False)
+                messages, tools=tools or None, add_generation_prompt=gen, tokenize=False,
+                chat_template=self.template)
         except Exception as err:  # jinja errors: name the template, not the traceback
             raise ValueError(f"protocol.format: chat_template: the tokenizer's chat template "
                              f"failed to render {[m['role'] for m in messages]}: "
@@ -132,6 +168,18 @@ class ChatTemplateFormat:
                              f"{tail[:40]!r} after an assistant turn, not an added token; "
                              "the end of a turn cannot be told (use protocol.format: markup)")
         return token, ids[0]
+
+    def _check_renders_tools(self) -> None:
+        """Refuse a template that drops ``tools=``: the planner would be told of no agent
+        to delegate to, and a sub-agent of no tool."""
+        probe = function_tool("mgrpo_probe_tool", "mgrpo-probe-description", "input", "text")
+        text = self.render([{"role": "system", "content": "s"},
+                            {"role": "user", "content": "u"}], [probe], gen=True)
+        if "mgrpo_probe_tool" not in text:
+            raise ValueError("protocol.format: chat_template: the chat template ignores "
+                             "tools= (the agents would see no tools); set protocol."
+                             "chat_template: chatml_tools (ChatML with tools) or protocol."
+                             "chat_template_path: a Jinja file that renders them")
 
     def _check_append_only(self) -> None:
         """Refuse a template that renders an earlier turn differently once a later one is

@@ -77,7 +77,8 @@ class MarkupFormat:
 
     name = "markup"
 
-    def __init__(self, tokenizer: Any, tool_call_format: str = "hermes"):
+    def __init__(self, tokenizer: Any, tool_call_format: str = "hermes",
+                 chat_template: str | None = None):
         self.tokenizer, self.tool_call_format = tokenizer, tool_call_format
 
     def planner(self, question: str, cards: Sequence[P.AgentCard]) -> Dialogue:
@@ -96,16 +97,19 @@ class MarkupFormat:
                                callees=[c.name for c in cards])
 
 
-def _chat_format(tokenizer: Any, tool_call_format: str = "hermes") -> TurnFormat:
-    return ChatTemplateFormat(tokenizer, tool_call_format)
+def _chat_format(tokenizer: Any, tool_call_format: str = "hermes",
+                 chat_template: str | None = None) -> TurnFormat:
+    return ChatTemplateFormat(tokenizer, tool_call_format, chat_template)
 
 
 TURN_FORMATS = {"markup": MarkupFormat, "chat_template": _chat_format}
 
 
-def make_turn_format(name: str, tokenizer: Any, tool_call_format: str = "hermes") -> TurnFormat:
+def make_turn_format(name: str, tokenizer: Any, tool_call_format: str = "hermes",
+                     chat_template: str | None = None) -> TurnFormat:
     """The format ``name`` (``protocol.format``) for ``tokenizer``; refuses an unknown name,
-    and ``chat_template`` for a tokenizer without a chat template, in one line."""
+    and ``chat_template`` for a tokenizer without a chat template (or one that drops
+    ``tools=``), in one line. ``chat_template``: a template text replacing the tokenizer's."""
     if name not in TURN_FORMATS:
         raise ValueError(f"protocol.format {name!r} is unknown; known: {sorted(TURN_FORMATS)}")
-    return TURN_FORMATS[name](tokenizer, tool_call_format)
+    return TURN_FORMATS[name](tokenizer, tool_call_format, chat_template)

@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 from mgrpo.models.chat_templates import resolve_chat_template
-from mgrpo.models.loading import ModelLoadError, quiet_transformers, resolve_dtype
+from mgrpo.models.loading import ModelLoadError, load_model, quiet_transformers, resolve_dtype
 from mgrpo.models.permissions import make_readable
 
 # A conversation with one tool call and its result: what the chat check renders.
@@ -109,8 +109,6 @@ def verify_folder(out: Path, reference_model, reference_tokenizer, dtype="float3
     """Compare the written folder with the GGUF load (see the module docstring). Raises
     ValueError when the logits differ by more than ``bound`` or the tokenizer or template
     render differently."""
-    from mgrpo.models.loading import load_model
-
     model, tokenizer = load_model(out, dtype=dtype)
     float32 = resolve_dtype(dtype) == resolve_dtype("float32")
     bound = (0.0 if float32 else 0.5) if bound is None else bound

@@ -52,7 +52,7 @@ def read_yaml(path: str | Path) -> dict:
 # entry of a mapping. A relative value in a file is relative to the file's folder.
 PATH_OPTIONS = ((("models", "*"), "path"), (("models", "*"), "ref_path"), ((), "bench_dir"),
                 ((), "out_dir"), (("judges", "*"), "prompt"), (("verifier_llm",), "prompt"),
-                (("init_from",), "out_dir"))
+                (("init_from",), "out_dir"), (("protocol",), "chat_template_path"))
 
 
 def _is_relative(value: Any) -> bool:

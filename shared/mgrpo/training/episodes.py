@@ -55,10 +55,12 @@ def with_protocol(runtime: AgentRuntime, protocol: Any) -> AgentRuntime:
     """``runtime`` rendering with ``protocol`` (a run config's ``protocol:``, which a round
     may set): ``runtime`` itself when it already does."""
     fmt = runtime.format()
-    if (fmt.name, fmt.tool_call_format) == (protocol.format, protocol.tool_call_format):
+    template = protocol.template_text() if protocol.format == "chat_template" else None
+    if (fmt.name, fmt.tool_call_format, getattr(fmt, "template", None)) == (
+            protocol.format, protocol.tool_call_format, template):
         return runtime
     return replace(runtime, turn_format=make_turn_format(
-        protocol.format, runtime.tokenizer, protocol.tool_call_format))
+        protocol.format, runtime.tokenizer, protocol.tool_call_format, template))
 
 
 @dataclass

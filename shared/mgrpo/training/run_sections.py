@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from mgrpo.envs.chat_format import TOOL_CALL_PARSERS
+from mgrpo.envs.chat_format import TOOL_CALL_FORMATS
+from mgrpo.models.chat_templates import BUILTIN as BUILTIN_TEMPLATES
+from mgrpo.models.chat_templates import resolve_chat_template
 from mgrpo.validation import StrictModel
 
 
@@ -83,17 +85,45 @@ class ProtocolConfig(StrictModel):
         "the model's native tool calls (apply_chat_template(..., tools=...)); no new tokens. "
         "Plays algorithm mgrpo only; refused for a tokenizer without a chat template.")
     tool_call_format: str = Field(
-        "hermes", description="chat_template: how tool calls are read back from a turn "
-        "(mgrpo.envs.chat_format.TOOL_CALL_PARSERS): hermes = <tool_call>{\"name\": ..., "
-        "\"arguments\": {...}}</tool_call> (Qwen2.5, Hermes).")
+        "hermes", description="chat_template: how tool calls are written in the expert "
+        "demonstrations (mgrpo.envs.chat_format.TOOL_CALL_FORMATS; both read either): hermes "
+        "= <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> (Qwen2.5, Hermes); "
+        "json_list = <tool_call>[{...}]</tool_call> (SmolLM2).")
+    chat_template: str | None = Field(
+        None, description="chat_template: a built-in template (mgrpo.models.chat_templates: "
+        "chatml_tools) that replaces every tokenizer's own, e.g. for a model whose template "
+        "drops tools=; None keeps the tokenizer's.")
+    chat_template_path: str | None = Field(
+        None, description="chat_template: a Jinja file that replaces every tokenizer's "
+        "template (TRL's chat_template_path); relative to the config file's folder.")
 
     @field_validator("tool_call_format")
     @classmethod
     def _known_parser(cls, name: str) -> str:
-        if name not in TOOL_CALL_PARSERS:
+        if name not in TOOL_CALL_FORMATS:
             raise ValueError(f"unknown tool_call_format {name!r}; known: "
-                             f"{sorted(TOOL_CALL_PARSERS)}")
+                             f"{sorted(TOOL_CALL_FORMATS)}")
         return name
+
+    @field_validator("chat_template")
+    @classmethod
+    def _known_template(cls, name: str | None) -> str | None:
+        if name is not None and name not in BUILTIN_TEMPLATES:
+            raise ValueError(f"unknown chat_template {name!r}; built-in: "
+                             f"{sorted(BUILTIN_TEMPLATES)} (a file: chat_template_path)")
+        return name
+
+    @model_validator(mode="after")
+    def _one_template(self):
+        if self.chat_template and self.chat_template_path:
+            raise ValueError("set protocol.chat_template or protocol.chat_template_path, "
+                             "not both")
+        return self
+
+    def template_text(self) -> str | None:
+        """The replacing template's text (None: the tokenizer's own)."""
+        source = self.chat_template or self.chat_template_path
+        return resolve_chat_template(source) if source else None
 
 
 class InitFrom(StrictModel):

@@ -168,7 +168,8 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     tool_roles = [r for r in cfg.agents if r != "planner" and (not tree[r] or r in cfg.role_tools)]
     tools = build_tools(bench, tool_roles, sandbox, cfg.tools, cfg.role_tools)
     formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,
-                                      cfg.protocol.tool_call_format)
+                                      cfg.protocol.tool_call_format,
+                                      cfg.protocol.template_text())
                for name, lm in models.items()}
     runtimes = {}
     for role, model_name in cfg.agents.items():

@@ -53,7 +53,8 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, None, cfg.tools, cfg.role_tools)
     turn_format = make_turn_format(cfg.protocol.format, tokenizer,
-                                   cfg.protocol.tool_call_format)
+                                   cfg.protocol.tool_call_format,
+                                   cfg.protocol.template_text())
     runtimes = {role: AgentRuntime(role=role, model="teacher", engine=engine,
                                    tokenizer=tokenizer, tool=tools.get(role),
                                    description=ROLE_DESCRIPTIONS.get(role, role),

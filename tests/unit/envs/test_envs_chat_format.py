@@ -9,7 +9,7 @@ import pytest
 from chat_tokenizer import chat_tokenizer
 
 from mgrpo.envs.chat_format import ChatTemplateFormat, parse_hermes
-from mgrpo.envs.protocol import DEFAULT_AGENTS
+from mgrpo.envs.protocol import DEFAULT_AGENTS, AgentCard
 from mgrpo.envs.turn_formats import MarkupFormat, make_turn_format
 
 END = "<|im_end|>"
@@ -124,3 +124,48 @@ def test_markup_stays_the_default_and_unknown_formats_are_refused():
     assert isinstance(make_turn_format("markup", tok), MarkupFormat)
     with pytest.raises(ValueError, match="unknown; known: \\['chat_template', 'markup'\\]"):
         make_turn_format("jinja", tok)
+
+
+# SmolLM2-135M-Instruct's own template: ChatML that never renders tools=
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_a_template_that_drops_tools_is_refused_and_chatml_tools_replaces_it():
+    from mgrpo.models.chat_templates import resolve_chat_template
+
+    tok = chat_tokenizer()
+    saved, tok.chat_template = tok.chat_template, SMOLLM2_TEMPLATE
+    try:
+        with pytest.raises(ValueError, match="ignores tools=.*chatml_tools") as err:
+            make_turn_format("chat_template", tok)
+        assert "\n" not in str(err.value)
+        fmt = make_turn_format("chat_template", tok, "json_list",
+                               resolve_chat_template("chatml_tools"))
+    finally:
+        tok.chat_template = saved
+    dialogue = fmt.planner("How many people live in Velmora?", [
+        AgentCard("searcher", "looks up facts")])
+    prompt = tok.decode(dialogue.start_ids())
+    assert '"name": "searcher"' in prompt and "looks up facts" in prompt
+    call = fmt.write_call("searcher", {"task": "population of Velmora"})
+    assert call == ('<tool_call>[{"name": "searcher", "arguments": {"task": '
+                    '"population of Velmora"}}]</tool_call>')
+    action = dialogue.parse(call + END)
+    assert (action.kind, action.agent, action.task) == ("call", "searcher",
+                                                       "population of Velmora")
+
+
+def test_the_list_form_of_a_call_parses_as_the_object_form():
+    listed = parse_hermes('<tool_call>[{"name": "f", "arguments": {"x": "1"}}]</tool_call>')
+    plain = parse_hermes('<tool_call>{"name": "f", "arguments": {"x": "1"}}</tool_call>')
+    assert listed == plain == ([("f", {"x": "1"})], "")
+    two = parse_hermes('<tool_call>[{"name": "f", "arguments": {}}, {"name": "g"}]</tool_call>')
+    assert [name for name, _ in two[0]] == ["f", "g"]
+    assert "string \"name\"" in parse_hermes('<tool_call>[{"nom": "f"}]</tool_call>')
+    deep = "<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>"
+    assert "not JSON" in parse_hermes(deep)

@@ -116,7 +116,8 @@ class PlannerRuntime:
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
                                tokenizer=tokenizer, turn_format=make_turn_format(
                                    cfg.protocol.format, tokenizer,
-                                   cfg.protocol.tool_call_format))
+                                   cfg.protocol.tool_call_format,
+                                   cfg.protocol.template_text()))
         queues = Queues(settings.queue_prefix)
 
         dispatch = BusDispatch(bus, queues.replies(worker_id() + reply_suffix),

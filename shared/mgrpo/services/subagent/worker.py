@@ -80,7 +80,8 @@ class SubagentWorker:
                                     tool=build_tool(cfg, tool, settings) if tool else None,
                                     description=description, turn_format=make_turn_format(
                                         cfg.protocol.format, tokenizer,
-                                        cfg.protocol.tool_call_format))
+                                        cfg.protocol.tool_call_format,
+                                        cfg.protocol.template_text()))
         self.description = description or _default_description(name)
         self.queues = Queues(settings.queue_prefix)
         self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
