@@ -119,7 +119,29 @@ def check_file(path: str | Path) -> tuple[str, list[str]]:
     problems = [f"{option}: {value} does not exist"
                 for option, value in path_fields(kind, cfg).items()
                 if "://" not in value and not Path(value).exists()]
+    if kind == "run" and cfg.protocol.format == "chat_template":
+        problems += template_problems(cfg)
     return kind, problems
+
+
+def template_problems(cfg: RunConfig) -> list[str]:
+    """Each local model whose tokenizer cannot play ``protocol.format: chat_template``
+    (no template, one that drops ``tools=``, one that is not append-only): its turn format
+    is built as a run builds it."""
+    # on use: tokenizers load only for a chat_template config
+    from mgrpo.envs.turn_formats import make_turn_format
+    from mgrpo.models.loading import ModelLoadError, load_tokenizer
+
+    problems = []
+    for name, model in cfg.models.items():
+        if "://" in model.path or not (Path(model.path) / "config.json").is_file():
+            continue
+        try:
+            make_turn_format("chat_template", load_tokenizer(model.path),
+                             cfg.protocol.tool_call_format, cfg.protocol.template_text())
+        except (ValueError, ModelLoadError) as exc:
+            problems.append(f"models.{name}.path: {exc}")
+    return problems
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:

@@ -6,7 +6,7 @@ test_training_chat_format.py."""
 from __future__ import annotations
 
 import pytest
-from chat_tokenizer import chat_tokenizer
+from chat_tokenizer import SMOLLM2_TEMPLATE, chat_tokenizer
 
 from mgrpo.envs.chat_format import ChatTemplateFormat, parse_hermes
 from mgrpo.envs.protocol import DEFAULT_AGENTS, AgentCard
@@ -124,15 +124,6 @@ def test_markup_stays_the_default_and_unknown_formats_are_refused():
     assert isinstance(make_turn_format("markup", tok), MarkupFormat)
     with pytest.raises(ValueError, match="unknown; known: \\['chat_template', 'markup'\\]"):
         make_turn_format("jinja", tok)
-
-
-# SmolLM2-135M-Instruct's own template: ChatML that never renders tools=
-SMOLLM2_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
 def test_a_template_that_drops_tools_is_refused_and_chatml_tools_replaces_it():

@@ -29,3 +29,31 @@ def test_unknown_or_double_templates_are_refused():
         ProtocolConfig(chat_template="chatml_tools", chat_template_path="x.jinja")
     with pytest.raises(ValidationError, match="unknown tool_call_format"):
         ProtocolConfig(tool_call_format="pythonic")
+
+
+def test_config_check_names_a_template_that_drops_tools(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from chat_tokenizer import SMOLLM2_TEMPLATE, save_chat_model
+
+    from mgrpo.models.loading import load_tokenizer
+    from mgrpo.training.config_files import check_file
+
+    folder = save_chat_model(tmp_path / "model")
+    tok = load_tokenizer(folder)
+    tok.chat_template = SMOLLM2_TEMPLATE
+    tok.save_pretrained(folder)
+    models = {m: {"path": str(folder)} for m in ("planner", "searcher", "coder")}
+    (tmp_path / "bench").mkdir()
+    run = {"models": models, "out_dir": str(tmp_path / "out"), "bench_dir": "bench",
+           "protocol": {"format": "chat_template"}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(run))
+    _, problems = check_file(tmp_path / "run.yaml")
+    assert len(problems) == 3 and all("ignores tools=" in p for p in problems)
+    run["protocol"]["chat_template"] = "chatml_tools"
+    (tmp_path / "fixed.yaml").write_text(yaml.safe_dump(run))
+    assert check_file(tmp_path / "fixed.yaml") == ("run", [])
