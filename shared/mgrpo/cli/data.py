@@ -106,6 +106,17 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
           min_accuracy: float = typer.Option(
               0.5, min=0.0, max=1.0, help="refuse (write nothing) when the experts answer "
               "fewer of the questions without injected errors correctly; 0: never refuse"),
+          chat_model: Path | None = typer.Option(
+              None, "--chat-model", help="a model folder: write each record in its chat "
+              "template with native tool calls (protocol.format: chat_template) instead of "
+              "the markup"),
+          roles: str = typer.Option("searcher,coder", help="--chat-model: the planner's "
+                                    "sub-agents, as the run config's agents list them"),
+          tool_call_format: str = typer.Option("hermes", help="--chat-model: how calls are "
+                                               "written (hermes, json_list)"),
+          chat_template: str | None = typer.Option(
+              None, help="--chat-model: a built-in template (chatml_tools) or Jinja file "
+              "replacing the model's, as protocol.chat_template(_path)"),
           ) -> None:
     """Run the scripted experts and write SFT transcripts per agent (built-in tasks only:
     on a benchmark the experts cannot solve it refuses and says what to do instead)."""
@@ -125,9 +136,29 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
                         "them, so they cannot solve it", INSTEAD_OF_DEMOS)
     tools = {"searcher": build_tool("search", corpus=benchmark.corpus),
              "coder": build_tool("python", executor=_executor(sandbox_url))}
+    chat = None
+    if chat_model is not None:
+        # on use: tokenizers load only for chat-template demos
+        from mgrpo.envs.protocol import DEFAULT_AGENTS, AgentCard
+        from mgrpo.envs.turn_formats import make_turn_format
+        from mgrpo.models.chat_templates import resolve_chat_template
+        from mgrpo.models.loading import load_tokenizer
+
+        known = {c.name: c for c in DEFAULT_AGENTS}
+        cards = [known.get(r.strip(), AgentCard(r.strip(), r.strip()))
+                 for r in roles.split(",") if r.strip()]
+        try:
+            fmt = make_turn_format("chat_template", load_tokenizer(chat_model),
+                                   tool_call_format,
+                                   resolve_chat_template(chat_template) if chat_template
+                                   else None)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--chat-model") from None
+        chat = (fmt, cards)
     try:
         summary = write_demos(benchmark, out, tools, errors, n=n, split=split, stage=stage,
-                              seed=seed, progress=True, min_accuracy=min_accuracy or None)
+                              seed=seed, progress=True, min_accuracy=min_accuracy or None,
+                              chat=chat)
     except ExpertsCannotSolve as exc:
         raise UserError(str(exc), INSTEAD_OF_DEMOS) from None
     typer.echo(f"{summary['episodes']} episodes, expert accuracy {summary['accuracy']:.3f}, "

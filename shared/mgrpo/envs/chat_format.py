@@ -221,14 +221,23 @@ class _ChatDialogue:
         self._rendered = ""
 
     def start_ids(self) -> list[int]:
+        return self.fmt.encode(self.start_text())
+
+    def start_text(self) -> str:
+        """The prompt: the conversation so far with the generation prompt."""
         self._rendered = self.fmt.render(self.messages, self.tools, gen=True)
-        return self.fmt.encode(self._rendered)
+        return self._rendered
 
     def _split(self, text: str) -> tuple[str, bool]:
         end = self.fmt.end_text
         return (text[: -len(end)], True) if text.endswith(end) else (text, False)
 
     def reply_ids(self, turn_text: str, name: str, content: str) -> list[int]:
+        return self.fmt.encode(self.reply_text(turn_text, name, content))
+
+    def reply_text(self, turn_text: str, name: str, content: str) -> str:
+        """What the template adds after the turn ``turn_text`` for the tool message
+        ``content`` (from ``name``), up to the next generation prompt."""
         body, ended = self._split(turn_text)
         turn = {"role": "assistant", "content": body}
         closed = self.fmt.render(self.messages + [turn], self.tools, gen=False)
@@ -245,7 +254,7 @@ class _ChatDialogue:
                              "turn differently once a tool message follows it (it is not "
                              "append-only); use protocol.format: markup")
         self._rendered = rendered
-        return self.fmt.encode(rendered[cut:])
+        return rendered[cut:]
 
     def parse(self, text: str) -> PlannerAction | SubagentAction:
         invalid = PlannerAction if self.planner else SubagentAction

@@ -7,6 +7,10 @@ Line format (what ``mgrpo.models.sft`` reads), keys sorted::
                                        "train": true},
                                       {"text": "<ret>48213</ret>", "train": false}, ...]}
 
+With ``chat`` (a ``chat_template`` turn format and the planner's agent cards) each record is
+the episode in that model's chat template with native tool calls instead
+(:mod:`mgrpo.envs.chat_demos`).
+
 Also ``{out}/summary.json``: episodes, expert accuracy, and each error type's count and the
 number of chances it had (its realised rate is count / chances).
 
@@ -24,7 +28,9 @@ import json
 import random
 from pathlib import Path
 
+from mgrpo.envs import protocol as P
 from mgrpo.envs.benchmark import Benchmark
+from mgrpo.envs.chat_demos import chat_records
 from mgrpo.envs.experts import EpisodeTranscript, ExpertErrors, run_expert_episode
 from mgrpo.progress import progress_bar
 
@@ -66,14 +72,17 @@ def clean_accuracy(episodes: list[EpisodeTranscript]) -> tuple[float | None, int
 def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertErrors,
                 n: int | None = None, split: str = "train", stage: int | None = None,
                 seed: int = 0, progress: bool = False,
-                min_accuracy: float | None = None) -> dict:
+                min_accuracy: float | None = None,
+                chat: tuple[object, list[P.AgentCard]] | None = None) -> dict:
     """Run the expert on ``n`` questions and write per-agent JSONL plus ``summary.json``.
     ``min_accuracy``: raise :class:`ExpertsCannotSolve` (nothing written) when
-    :func:`clean_accuracy` is below it."""
+    :func:`clean_accuracy` is below it. ``chat``: ``(turn format, planner's cards)`` to write
+    the records in a chat template (the experts then delegate to those cards' roles only)."""
     root = Path(out)
     rng = random.Random(seed)
     questions = pick_questions(bench, split, n, stage, seed)
-    episodes = [run_expert_episode(q, tools, errors, rng)
+    agents = chat[1] if chat else P.DEFAULT_AGENTS
+    episodes = [run_expert_episode(q, tools, errors, rng, agents)
                 for q in progress_bar(questions, desc="demos", enabled=progress)]
     accuracy, judged = clean_accuracy(episodes)
     if min_accuracy is not None and accuracy is not None and accuracy < min_accuracy:
@@ -84,8 +93,10 @@ def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertEr
             "was written")
     root.mkdir(parents=True, exist_ok=True)
     lines: dict[str, list[str]] = {}
-    for ep in episodes:
-        for record in ep.sft_records():
+    for ep, question in zip(episodes, questions, strict=True):
+        records = (chat_records(ep, question.question, chat[0], chat[1], tools) if chat
+                   else ep.sft_records())
+        for record in records:
             lines.setdefault(record["agent"], []).append(
                 json.dumps(record, sort_keys=True, ensure_ascii=False))
     for agent, rows in sorted(lines.items()):
@@ -94,7 +105,8 @@ def write_demos(bench: Benchmark, out: str | Path, tools: dict, errors: ExpertEr
                "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
                "expert_accuracy": accuracy,
                "records": {a: len(r) for a, r in sorted(lines.items())},
-               "errors": error_chances(episodes), "error_rates": errors.model_dump()}
+               "errors": error_chances(episodes), "error_rates": errors.model_dump(),
+               "format": getattr(chat[0], "name", "chat_template") if chat else "markup"}
     (root / "summary.json").write_text(json.dumps(summary, sort_keys=True, indent=1) + "\n",
                                        encoding="utf-8")
     return summary
