@@ -3,9 +3,12 @@
 ``import_model(src, out)`` loads the folder (its own tokenizer and chat template), checks each
 protocol marker (``mgrpo.envs.protocol_tokens``: ``<call>``, ``<|planner|>`` ...) and adds
 as special tokens the ones that do not already encode to exactly one token, resizes the
-embeddings to the new vocabulary (transformers' ``mean_resizing``: new rows sampled around
-the old rows' mean, with 1e-9 times their covariance), and writes a folder the run config
-can name under ``models.<m>.path``.
+embeddings to the new vocabulary, and writes a folder the run config can name under
+``models.<m>.path``. Each new marker's row (input embedding, and output embedding when not
+tied) starts at the mean of the rows of the sub-tokens its text encoded to before it was
+added (``<call>`` starts near ``<``, ``call``, ``>``), so markers start distinct and close to
+what their text meant to the model; a mean row for all of them (transformers'
+``mean_resizing``) starts them at one point (cosine 1.0), where sampling at T = 1 swaps them.
 
 Why: the episode runner and the parser find markers by text, and the trainer and the stop
 logic are cleaner and cheaper when each is one token; a byte-level BPE splits ``<call>`` into
@@ -48,6 +51,23 @@ def marker_problems(tokenizer, markers: list[str]) -> dict[str, str]:
     return problems
 
 
+def init_from_pieces(model, tokenizer, pieces: dict[str, list[int]]) -> None:
+    """Set each new token's embedding row (and output row, if untied) to the mean of the
+    rows of ``pieces[token]``, the ids its text encoded to before it was added."""
+    import torch
+
+    tables = [model.get_input_embeddings().weight]
+    output = model.get_output_embeddings()
+    if output is not None and output.weight.data_ptr() != tables[0].data_ptr():
+        tables.append(output.weight)
+    with torch.no_grad():
+        for token, ids in pieces.items():
+            if ids:
+                row = tokenizer.convert_tokens_to_ids(token)
+                for table in tables:
+                    table[row] = table[ids].mean(dim=0)
+
+
 def import_model(src: str | Path, out: str | Path,
                  roles: tuple[str, ...] = P.BUILTIN_ROLES) -> dict:
     """Write ``src`` with the protocol markers as single tokens to ``out``; returns a report
@@ -61,6 +81,7 @@ def import_model(src: str | Path, out: str | Path,
     problems = marker_problems(tokenizer, markers)
     vocab_before = len(tokenizer)
     added = list(problems)
+    pieces = {m: tokenizer.encode(m, add_special_tokens=False) for m in added}
     if added:
         tokenizer.add_tokens(added, special_tokens=True)
     if not had_pad:  # batched generation pads: a pad token that is not eos
@@ -69,6 +90,7 @@ def import_model(src: str | Path, out: str | Path,
     if len(tokenizer) > embeddings:
         model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
         model.config.vocab_size = model.get_input_embeddings().weight.shape[0]
+    init_from_pieces(model, tokenizer, pieces)
     model.config.pad_token_id = tokenizer.pad_token_id
     left = marker_problems(tokenizer, markers)
     if left:
