@@ -162,3 +162,30 @@ def test_report_pairs_solved_tasks_and_partial_team_rewards_apart(tmp_path):
     assert rows == [["| specialised - shared", "+0.000"],
                     ["| specialised - shared (team reward)", "+0.375"]]
     assert "| specialised | 0.250 ± nan | 0.250 ± nan | 0.625 ± nan | 0.625 ± nan |" in text
+
+
+def test_two_arms_with_the_same_settings_sample_the_same_rollouts(tiny_dir, tmp_path):
+    """Arms differ in their settings alone: an arm's name (in its run's name and round ids)
+    enters no sampling seed, so two arms of one setting play the same candidates."""
+    from mgrpo.training.round_store import round_id_of
+    from mgrpo.training.team_round import build_team_system
+    from mgrpo.training.tree_round import tree_seed
+
+    data = yaml.safe_load((EXAMPLES / "ablate_team_alpha.yaml").read_text())
+    data.update(out_dir=str(tmp_path), arms={"specialised": {}, "specialised_copy": {}})
+    data["base"]["sampling"] = {"max_new_tokens": 6}
+    for model in data["base"]["models"].values():
+        model["path"] = str(tiny_dir)
+    cfg = load_team_ablate(tmp_path / "x.yaml", data)
+    played = {}
+    for arm in cfg.arms:
+        run = arm_config(cfg, arm, 0)
+        system = build_team_system(run)
+        tasks = system.world.tasks("train", 2, run.seed)
+        episodes = system.sampler().run(round_id_of(run.name, 0), tasks, tree_seed(run, 0))
+        played[arm] = [(t.agent, t.turn, t.rollout, t.input_ids, t.reward)
+                       for ep in episodes for t in ep.candidates]
+    assert played["specialised"] == played["specialised_copy"]
+    actions = {tuple(ids) for agent, _, _, ids, _ in played["specialised"]
+               if agent == "tool_user"}
+    assert len(actions) > 1  # sampled: the seeds matter
