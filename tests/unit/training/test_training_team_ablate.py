@@ -189,3 +189,30 @@ def test_two_arms_with_the_same_settings_sample_the_same_rollouts(tiny_dir, tmp_
     actions = {tuple(ids) for agent, _, _, ids, _ in played["specialised"]
                if agent == "tool_user"}
     assert len(actions) > 1  # sampled: the seeds matter
+
+
+def test_report_resamples_seeds_then_tasks_and_says_how_many(tmp_path):
+    """Three seeds of 4 tasks: the arms differ on every task of seed 0 (+1) and on none of
+    seeds 1 and 2. Tasks then do not matter and a draw of 3 seeds has mean 0, 1/3, 2/3 or 1
+    with p 0.296, 0.444, 0.222, 0.037: the 95% bootstrap interval is [0, 1]. (Pooling the
+    12 (seed, task) pairs as one run gives [+0.083, +0.583], excluding 0.) Student-t over
+    the seed differences (1, 0, 0): 1/3 +- 4.303 * 0.577 / sqrt(3) = [-1.101, +1.768]."""
+    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.training.team_round import write_task_scores
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_math.yaml")
+    scores = {"specialised": [[1] * 4, [1, 0, 1, 0], [0, 0, 1, 1]],
+              "shared": [[0] * 4, [1, 0, 1, 0], [0, 0, 1, 1]]}
+    results = {}
+    for arm, per_seed in scores.items():
+        for seed, vals in enumerate(per_seed):
+            out = tmp_path / arm / str(seed)
+            out.mkdir(parents=True)
+            write_task_scores(out, {f"s{seed}-task{i}": float(v) for i, v in enumerate(vals)})
+            acc = {"eval/greedy/accuracy": sum(vals) / 4}
+            results.setdefault(arm, []).append({"seed": seed, "before": acc, "after": acc,
+                                                "out_dir": str(out)})
+    text = team_markdown(cfg, results, 60.0)
+    [row] = [line for line in text.splitlines() if line.startswith("| specialised - shared")]
+    assert row == ("| specialised - shared | +0.333 | [+0.000, +1.000] | no | "
+                   "[-1.101, +1.768] | +1.000, +0.000, +0.000 | 3 x 4 |")
