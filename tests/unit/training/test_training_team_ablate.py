@@ -109,10 +109,33 @@ def test_grouping_option_changes_the_group_keys():
     # agent_turn: (q0, tool_user, 0) [1, 0], (q0, reasoner, 0) [1, 1], (q0, tool_user, 1) [2, 0]
     assert groups["shared"] == (3, [1.0, -1.0, 0.0, 0.0, 1.0, -1.0])
     # naive: one group [1, 0, 1, 1, 2, 0] (mean 5/6 and its population std)
+    # (its statistics filed under both roles that have samples in it)
     rewards = [r for _, _, r in rows]
     mean = sum(rewards) / 6
     std = (sum((r - mean) ** 2 for r in rewards) / 6) ** 0.5
-    assert groups["shared_naive"] == (1, [round((r - mean) / std, 3) for r in rewards])
+    assert groups["shared_naive"] == (2, [round((r - mean) / std, 3) for r in rewards])
+
+
+def test_pooled_groups_count_for_every_role_they_hold():
+    """Under a pooled grouping a group's statistics are filed under each role with samples
+    in it, keyed by the group (``*`` where pooled), so every role gets its
+    ``frac_reward_zero_std``; agent_turn keeps one row per (task, role, turn)."""
+    from mgrpo.training.scoring import frac_zero_std
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_grouping.yaml")
+    rows = [("tool_user", 0, 1.0), ("tool_user", 0, 1.0), ("reasoner", 0, 1.0),
+            ("reasoner", 0, 0.0), ("tool_user", 1, 1.0), ("tool_user", 1, 1.0)]
+    trajs = [_traj(i, *row) for i, row in enumerate(rows)]
+    _, naive = at_grpo_samples(trajs, arm_config(cfg, "shared_naive", 0))
+    assert sorted((s.agent, s.group_key, s.n) for s in naive) == [
+        ("reasoner", "q0|*|t*", 6), ("tool_user", "q0|*|t*", 6)]
+    _, split = at_grpo_samples(trajs, arm_config(cfg, "shared", 0))
+    assert sorted(s.group_key for s in split) == ["q0|reasoner|t0", "q0|tool_user|t0",
+                                                   "q0|tool_user|t1"]
+    by_role = {role: frac_zero_std([s for s in split if s.agent == role])
+               for role in ("tool_user", "reasoner")}
+    assert by_role == {"tool_user": 1.0, "reasoner": 0.0}
+    assert {s.agent: frac_zero_std([s]) for s in naive} == {"tool_user": 0.0, "reasoner": 0.0}
 
 
 def test_report_pairs_each_arm_with_the_baseline_and_its_swapped_team_once(tmp_path):
