@@ -1,6 +1,7 @@
 """The KL coefficient of ``loss.kl_in_reward``, fixed or adaptive (Ziegler et al. 2019,
-"Fine-Tuning Language Models from Human Preferences", section 2.2; TRL's
-``AdaptiveKLController``, verl's ``algorithm.kl_ctrl.type: adaptive``), by name.
+"Fine-Tuning Language Models from Human Preferences", section 2.2, and TRL's
+``AdaptiveKLController``: a target KL per sequence; verl's ``algorithm.kl_ctrl.type:
+adaptive`` has the same rule with a per-token KL), by name.
 
 adaptive, with target KL ``target``, horizon ``horizon`` and a batch of ``n`` sequences whose
 mean KL (per sequence, summed over its tokens) was ``kl``::

@@ -8,6 +8,14 @@ replacement, with the same draw for both arms (paired: question difficulty cance
 draw also resamples each arm's runs with replacement, so seed-to-seed spread counts. With one
 run per arm this is the ordinary paired bootstrap over per-question differences.
 
+:func:`seed_task_bootstrap` is the two-stage bootstrap for arms whose seed s plays its own
+questions (the turn teams: each seed's held-out tasks are drawn from that seed), the same
+for both arms at that seed: each draw resamples the seeds with replacement, then within each
+drawn seed its questions with replacement, paired across the arms. Seed-to-seed spread
+counts through the first stage; with few seeds (3 seeds allow 10 distinct seed draws) the
+first stage is coarse and the interval can be narrower than a Student-t interval over the
+seeds' differences.
+
 Pure numpy; no I/O. ``mgrpo ablate`` prints it per pair of variants in its results.md.
 """
 
@@ -76,3 +84,46 @@ def paired_bootstrap(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
     low, high = np.quantile(stats, [tail, 1 - tail], method="inverted_cdf")
     return PairedInterval(diff=float(ma.mean() - mb.mean()), low=float(low), high=float(high),
                           level=level, questions=n_q, runs=(ma.shape[0], mb.shape[0]))
+
+
+def seed_task_bootstrap(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
+                        n_boot: int = 10000, level: float = 0.95, seed: int = 0
+                        ) -> PairedInterval:
+    """Interval of mean(A) - mean(B), resampling seeds, then each drawn seed's questions.
+
+    ``a[s]``, ``b[s]``: (Q_s,) scores of the two arms' runs of seed s on that seed's Q_s
+    questions, in the same order (paired within a seed; Q_s may differ between seeds).
+    Statistic: ``D = (1/S) sum_s mean_i (a[s][i] - b[s][i])``, the mean over seeds of each
+    seed's paired difference. Draw: seeds ``s_1..s_S`` uniformly with replacement; for each
+    slot j independently, ``Q_{s_j}`` questions of seed ``s_j`` with replacement; the draw's
+    statistic is the mean over the slots of the mean difference on the drawn questions.
+    ``runs`` of the result: (S, S), the seeds the interval rests on; ``questions``: the sum
+    of Q_s (the (seed, question) pairs).
+    """
+    if len(a) != len(b) or not len(a):
+        raise ValueError(f"a has {len(a)} seeds and b {len(b)}: a seed-paired comparison "
+                         "needs the same seeds (at least one) in both")
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError(f"level={level} must be in (0, 1) and n_boot={n_boot} >= 1")
+    diffs = []
+    for s, (xa, xb) in enumerate(zip(a, b, strict=True)):
+        da, db = np.asarray(xa, dtype=np.float64), np.asarray(xb, dtype=np.float64)
+        if da.ndim != 1 or da.shape != db.shape or da.size < 1:
+            raise ValueError(f"seed {s}: a has shape {da.shape} and b {db.shape}: each seed "
+                             "needs the same questions (at least one) in both arms")
+        diffs.append(da - db)
+    rng = np.random.default_rng(seed)
+    n_seeds = len(diffs)
+    drawn = rng.integers(0, n_seeds, size=(n_boot, n_seeds))  # (n_boot, S) seed per slot
+    slot_means = np.empty((n_boot, n_seeds))
+    for j in range(n_seeds):  # slot j: its drawn seed's question resample, per draw
+        for s, d in enumerate(diffs):
+            rows = np.flatnonzero(drawn[:, j] == s)
+            q = rng.integers(0, d.size, size=(rows.size, d.size))
+            slot_means[rows, j] = d[q].mean(axis=1)
+    stats = slot_means.mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(stats, [tail, 1 - tail], method="inverted_cdf")
+    return PairedInterval(diff=float(np.mean([d.mean() for d in diffs])), low=float(low),
+                          high=float(high), level=level,
+                          questions=int(sum(d.size for d in diffs)), runs=(n_seeds, n_seeds))

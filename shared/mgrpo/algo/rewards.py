@@ -3,7 +3,8 @@
 The components are given; this module only combines them:
 - planner:   ``R_M = a1*r_format + a2*r_correct``                    if the format is valid, else 0
 - sub-agent: ``R_S = b1*r_format + b2*r_correct_main + b3*r_expert`` if the format is valid, else 0
-- AT-GRPO turn reward: ``r = alpha*r_team + r_local``.
+- AT-GRPO turn reward: ``r = alpha*r_team + r_local``, r_team the team's score at the end of
+  the team turn the candidate starts.
 
 ``r_format`` is 1 when the format is valid (the gate), so a valid planner answer that is wrong
 still earns a1. Every function accepts Python scalars (returns a float) or tensors / sequences
@@ -104,10 +105,19 @@ def subagent_reward(format_ok: ArrayLike, correct_main: ArrayLike, expert: Array
 
 
 def mix_turn_reward(r_team: ArrayLike, r_local: ArrayLike, alpha: float) -> float | Tensor:
-    """AT-GRPO turn reward (Stronger-MAS): ``r = alpha * r_team + r_local``.
+    """AT-GRPO turn reward (Stronger-MAS, arXiv 2510.11062): for candidate k of role
+    i at team turn t, ``r_{t,i}^k = alpha * R_team(s_{t+1}^k) + r_local(a_{t,i}^k)``.
+
+    ``s_{t+1}^k`` is the team's state at the end of team turn t reached from candidate k
+    (the roles after i each play one action on it: ``mgrpo.workflows.team_play``), so
+    every role's K candidates can differ in their team term, the first role's included.
+    Where the team terms of a group are constant, alpha drops out of its group-relative
+    advantage; where they are ``c * r_local + b`` with c >= 0 (math_team's reasoner: its
+    team reward is its correctness), std scaling removes alpha as well.
 
     Args:
-        r_team: the team (global task) reward of the turn; r_local: the agent's own reward.
+        r_team: (K,) or scalar, the team reward ``R_team(s_{t+1}^k)`` in [0, 1];
+            r_local: (K,) or scalar, the role's own reward of its action.
         alpha: weight of the team term, >= 0.
 
     Returns:

@@ -48,13 +48,15 @@ class LossConfig(StrictModel):
         "sum_t k_t, pi = the sampler's logprobs) instead of adding a KL term to the loss.")
     kl_control: Literal["fixed", "adaptive"] = Field(
         "fixed", description="The kl_in_reward coefficient: fixed at kl_coef, or adaptive "
-        "(mgrpo.algo.kl_control; Ziegler et al. 2019, TRL AdaptiveKLController, verl "
-        "kl_ctrl.type): starts at kl_coef and after each round's batch of n sequences of mean "
+        "(mgrpo.algo.kl_control; Ziegler et al. 2019 and TRL AdaptiveKLController, per-sequence "
+        "KL; verl kl_ctrl.type is the same rule on a per-token KL): starts at kl_coef and "
+        "after each round's batch of n sequences of mean "
         "KL kl becomes coef * (1 + clip(kl / kl_target - 1, -0.2, 0.2) * n / kl_horizon). Kept "
         "per model with its optimizer state, so a resumed run continues with it.")
     kl_target: float | None = Field(
         None, gt=0, description="Target KL per sequence (sum over its tokens) of "
-        "kl_control: adaptive (verl kl_ctrl.target_kl).")
+        "kl_control: adaptive. verl's kl_ctrl.target_kl is per token: multiply it by the "
+        "mean response length.")
     kl_horizon: int = Field(10000, ge=1, description="Sequences over which kl_control: "
                             "adaptive moves the coefficient by at most 20% (verl "
                             "kl_ctrl.horizon).")

@@ -15,8 +15,12 @@ Every arm trains once per seed from its warm start and is evaluated greedily on 
 
 Writes ``{out_dir}/results.md``: accuracy (solved share) and mean team reward before and
 after per arm (mean and 95% Student-t interval over seeds) and each arm minus the first
-(``baseline``), paired on the same tasks (95% bootstrap over (seed, task) pairs,
-``mgrpo.algo.paired``): on solved, and on the team reward too where some task's is partial
+(``baseline``), paired on the same tasks: a seed's held-out tasks are the same for every
+arm, so the 95% interval resamples the seeds, then each drawn seed's tasks
+(``mgrpo.algo.paired.seed_task_bootstrap``), and a Student-t interval over the seeds'
+paired differences stands beside it (with 3 seeds the bootstrap's seed stage allows only 10
+distinct draws, and the t interval is the wider one); each row says how many seeds and
+tasks it rests on. Both on solved, and on the team reward too where some task's is partial
 (``coder_tester``: the fraction of hidden tests passed); and ``{out_dir}/ablation.json``.
 """
 
@@ -244,21 +248,36 @@ def _log(t0: float, arm: str, seed: int, after: dict) -> None:
           f"{after.get('eval/greedy/accuracy', float('nan')):.3f}", flush=True)
 
 
-def task_scores(runs: list[dict]) -> dict[str, float]:
-    """{"s{seed}/{task id}": score} after RL over an arm's runs (a run's held-out tasks are
-    its seed's, the same for every arm), from each run's ``eval_after_questions.json``."""
-    out = {}
-    for run in runs:
-        scores = json.loads((Path(run["out_dir"]) / "eval_after_questions.json").read_text())
-        out.update({f"s{run['seed']}/{q}": v for q, v in scores["greedy"].items()})
-    return out
+def task_scores(runs: list[dict]) -> dict[int, dict[str, float]]:
+    """{seed: {task id: score}} after RL over an arm's runs (a run's held-out tasks are its
+    seed's, the same for every arm), from each run's ``eval_after_questions.json``."""
+    return {run["seed"]: json.loads((Path(run["out_dir"]) / "eval_after_questions.json")
+                                    .read_text())["greedy"] for run in runs}
+
+
+def paired_row(label: str, sa: dict[int, dict[str, float]], sb: dict[int, dict[str, float]],
+               value) -> str:
+    """One comparison's table row: A - B on the seeds and tasks both have, ``value`` of each
+    task's score; the seeds-then-tasks bootstrap and the t interval over the seeds."""
+    # on use: keeps torch, numpy out of this module's import
+    from mgrpo.algo.paired import seed_task_bootstrap
+
+    seeds = sorted(set(sa) & set(sb))
+    tasks = {s: sorted(set(sa[s]) & set(sb[s])) for s in seeds}
+    a = [[value(sa[s][t]) for t in tasks[s]] for s in seeds]
+    b = [[value(sb[s][t]) for t in tasks[s]] for s in seeds]
+    res = seed_task_bootstrap(a, b)
+    per_seed = [sum(x) / len(x) - sum(y) / len(y) for x, y in zip(a, b, strict=True)]
+    mean, half = mean_ci(per_seed)
+    t_cell = "n/a (one seed)" if len(seeds) < 2 else f"[{mean - half:+.3f}, {mean + half:+.3f}]"
+    return (f"| {label} | {res.diff:+.3f} | [{res.low:+.3f}, {res.high:+.3f}] | "
+            f"{'yes' if res.significant else 'no'} | {t_cell} | "
+            f"{', '.join(f'{d:+.3f}' for d in per_seed)} | {len(seeds)} x "
+            f"{res.questions // max(len(seeds), 1)} |")
 
 
 def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
                   wall_s: float) -> str:
-    # on use: keeps torch, numpy out of this module's import
-    from mgrpo.algo.paired import paired_bootstrap
-
     base = arm_config(cfg, cfg.first(), cfg.seeds[0])
     lines = [f"Seeds {cfg.seeds}; {cfg.test_tasks} held-out tasks of {base.workflow.world}'s "
              f"test split; {wall_s / 60:.1f} min. Greedy team: accuracy (solved share: team "
@@ -273,22 +292,22 @@ def team_markdown(cfg: TeamAblateConfig, results: dict[str, list[dict]],
                 vals = [r[when][key] for r in runs if key in r[when]]
                 cells.append("-" if not vals else "{:.3f} ± {:.3f}".format(*mean_ci(vals)))
         lines.append(f"| {arm} | {' | '.join(cells)} |")
-    lines += ["", "Paired on the same (seed, task) pairs after RL (95% bootstrap over them): "
-              "solved (team reward 1.0), and the team reward where some task's is partial:", "",
-              "| comparison | difference | 95% interval | excludes 0 |",
-              "| --- | ---: | ---: | --- |"]
+    lines += ["", "Paired after RL on the same tasks of each seed: solved (team reward 1.0), "
+              "and the team reward where some task's is partial. 95% bootstrap resampling "
+              "the seeds, then each drawn seed's tasks (excludes 0: of this interval); 95% "
+              "Student-t over the seeds' paired differences; each seed's difference:", "",
+              "| comparison | difference | 95% bootstrap (seeds, tasks) | excludes 0 | "
+              "95% t over seeds | per seed | seeds x tasks |",
+              "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     first = cfg.first()
     others = [(first, a) for a in cfg.arms if a != first and a in results]
     others += [(a, f"{a}+swapped") for a in cfg.arms if f"{a}+swapped" in results]
     for a, b in others:
         sa, sb = task_scores(results[a]), task_scores(results[b])
-        common = sorted(set(sa) & set(sb))
-        partial = any(0.0 < s[q] < 1.0 for s in (sa, sb) for q in common)
+        partial = any(0.0 < v < 1.0 for scores in (sa, sb) for seed in scores.values()
+                      for v in seed.values())
         measures = [("", lambda v: float(v == 1.0))]
         measures += [(" (team reward)", float)] if partial else []
         for label, value in measures:
-            res = paired_bootstrap([value(sa[q]) for q in common],
-                                   [value(sb[q]) for q in common])
-            lines.append(f"| {a} - {b}{label} | {res.diff:+.3f} | [{res.low:+.3f}, "
-                         f"{res.high:+.3f}] | {'yes' if res.significant else 'no'} |")
+            lines.append(paired_row(f"{a} - {b}{label}", sa, sb, value))
     return "\n".join(lines) + "\n"

@@ -57,14 +57,29 @@ def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sampl
     samples = [Sample(t, float(a), float(r))
                for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
                if keep]
+    return samples, role_group_stats(trajs, rewards, adv.group_ids)
+
+
+def role_group_stats(trajs: list[Trajectory], rewards: torch.Tensor,
+                     group_ids: torch.Tensor) -> list[GroupStat]:
+    """One :class:`GroupStat` per (advantage group, role among its members): the group's
+    count, mean and population std (what its advantages used), filed under each role that
+    has samples in it, so a pooled grouping (``agent``, ``turn``, ``naive``) counts a
+    group in every role's ``{role}/frac_reward_zero_std``. The key names the group: task,
+    role and team turn, or ``*`` where the grouping pools them."""
+    ids = group_ids.tolist()
     stats = []
-    for g in torch.unique(adv.group_ids).tolist():
-        members = [i for i, gid in enumerate(adv.group_ids.tolist()) if gid == g]
-        t0 = trajs[members[0]]
+    for g in sorted(set(ids)):
+        members = [i for i, gid in enumerate(ids) if gid == g]
         r = rewards[members]
-        stats.append(GroupStat(t0.agent, f"{t0.query_id}|{t0.agent}|t{t0.turn}", len(members),
-                               float(r.mean()), float(r.std(unbiased=False))))
-    return samples, stats
+        roles = sorted({trajs[i].agent for i in members})
+        turns = sorted({int(trajs[i].turn) for i in members})
+        who = roles[0] if len(roles) == 1 else "*"
+        when = f"t{turns[0]}" if len(turns) == 1 else "t*"
+        for role in roles:
+            stats.append(GroupStat(role, f"{trajs[members[0]].query_id}|{who}|{when}",
+                                   len(members), float(r.mean()), float(r.std(unbiased=False))))
+    return stats
 
 
 def train_tree_model(lm, roles: list[str], trajs: list[Trajectory], cfg: RunConfig,

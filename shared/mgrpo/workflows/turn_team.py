@@ -2,9 +2,10 @@
 (AT-GRPO's setting): every team turn each role, in the world's order, observes its own
 prompt (the task, its history, what the others produced) and acts. The episode ends when the
 world says so (solved, or the world's own turn limit) or after ``workflow.max_turns`` team
-turns. Team reward: the world's verifier (``World.score``); local reward: the world's reward
-of the role's own action (``Turn.reward``); a turn's training reward is
-``alpha * team + local``.
+turns. Team reward: the world's verifier (``World.score``) at the end of the team turn the
+action starts (the later roles play one lookahead action each: ``mgrpo.workflows.team_play``);
+local reward: the world's reward of the role's own action (``Turn.reward``); a turn's
+training reward is ``alpha * team + local``.
 
 The run config names the world and which model plays each role::
 

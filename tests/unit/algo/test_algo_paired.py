@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo.algo.paired import paired_bootstrap
+from mgrpo.algo.paired import paired_bootstrap, seed_task_bootstrap
 
 
 def test_one_run_each_is_the_paired_bootstrap_over_questions():
@@ -49,3 +49,35 @@ def test_refuses_unpaired_inputs():
         paired_bootstrap([1, 0, 1], [1, 0])
     with pytest.raises(ValueError, match="level"):
         paired_bootstrap([1], [0], level=1.0)
+
+
+def test_seed_task_bootstrap_resamples_seeds():
+    # Seed 0's tasks all differ by 0.1, seed 1's by 0.3: tasks do not matter. A draw of two
+    # seeds is (0, 0) (p 1/4, mean 0.1), mixed (p 1/2, 0.2) or (1, 1) (p 1/4, 0.3).
+    res = seed_task_bootstrap([[0.6, 0.6, 0.6], [0.8, 0.8]], [[0.5, 0.5, 0.5], [0.5, 0.5]])
+    assert res.diff == pytest.approx(0.2) and res.runs == (2, 2) and res.questions == 5
+    assert (res.low, res.high) == (pytest.approx(0.1), pytest.approx(0.3))
+
+
+def test_seed_task_bootstrap_with_one_seed_is_the_paired_bootstrap_over_tasks():
+    # as test_one_run_each_is_the_paired_bootstrap_over_questions: quantiles 0 and 3/4
+    res = seed_task_bootstrap([[1, 1, 1, 1]], [[1, 1, 1, 0]])
+    assert res.diff == 0.25 and (res.low, res.high) == (0.0, 0.75) and res.runs == (1, 1)
+
+
+def test_seed_task_bootstrap_is_wider_than_pooling_the_pairs_when_seeds_disagree():
+    # Three seeds that disagree (differences +0.2, 0, -0.1 on 200 tasks each): pooling the
+    # 600 (seed, task) pairs as one run leaves the seed spread out.
+    a = [[1] * 40 + [0] * 160, [1] * 30 + [0] * 170, [1] * 20 + [0] * 180]
+    b = [[0] * 200, [1] * 30 + [0] * 170, [1] * 40 + [0] * 160]
+    seeded = seed_task_bootstrap(a, b)
+    pooled = paired_bootstrap([x for row in a for x in row], [x for row in b for x in row])
+    assert seeded.diff == pytest.approx(pooled.diff)
+    assert seeded.high - seeded.low > 1.5 * (pooled.high - pooled.low)
+
+
+def test_seed_task_bootstrap_refuses_unpaired_seeds():
+    with pytest.raises(ValueError, match="same seeds"):
+        seed_task_bootstrap([[1, 0]], [[1, 0], [0, 1]])
+    with pytest.raises(ValueError, match="seed 0"):
+        seed_task_bootstrap([[1, 0]], [[1]])

@@ -20,7 +20,10 @@ from mgrpo.training.tree_round import at_grpo_samples
 
 TASK = WorldTask("hand", "train", "Grid 3x3 (S start, G goal, # wall; moves U D L R):\n"
                  "S..\n.#.\n..G", "RRDD", {"grid": ["S..", ".#.", "..G"]})
-# Candidate k of each role, in request order (K = 4).
+# Each role's answers cycle per prompt, in request order (K = 4). The planner's first
+# answers to a prompt are the lookahead that finishes the team turn on each tool candidate
+# (tool candidates 0 and 3 print the same output: RR, then RRDD), its next four its own
+# candidates on the chosen tool output (junk, DR, RR, RRDD).
 TOOL = ["<tool>print('RRDD')</tool>", "nonsense", "<tool>print('hello')</tool>",
         "<tool>print('RRDD')</tool>"]
 PLAN = ["<answer>RR</answer>", "<answer>RRDD</answer>", "junk", "<answer>DR</answer>"]
@@ -75,16 +78,19 @@ def test_turn_rewards_greedy_continuation_and_rows(played):
     assert {(t.agent, t.turn) for t in tool} == {("tool", 0)} and len(tool) == 4
     assert {(t.agent, t.turn) for t in plan} == {("plan", 0)} and len(plan) == 4
     by_k = {t.rollout: t for t in tool}
-    # r = alpha * team + local: the tool's output solves it (1.0), ran (0.2), malformed (0)
-    assert [by_k[k].reward for k in range(4)] == [1.0, 0.0, 0.2, 1.0]
-    assert [by_k[k].extra["chosen"] for k in range(4)] == [True, False, False, False]
+    # r = alpha * team + local: local 1.0 (the output solves it), 0.2 (ran), 0 (malformed);
+    # team: the grid after the planner's lookahead answer (only candidate 3's, RRDD, solves)
+    assert [by_k[k].extra["r_team"] for k in range(4)] == [0.0, 0.0, 0.0, 1.0]
+    assert [by_k[k].reward for k in range(4)] == [1.0, 0.0, 0.2, 2.0]
+    assert [by_k[k].extra["chosen"] for k in range(4)] == [False, False, False, True]
     by_k = {t.rollout: t for t in plan}
-    # RR closes 2 of 4 steps (0.5 * 0.5); RRDD solves (team 1 + local 1); DR hits the wall
-    assert [by_k[k].reward for k in range(4)] == [0.25, 2.0, 0.0, 0.125]
-    assert [by_k[k].extra["r_team"] for k in range(4)] == [0.0, 1.0, 0.0, 0.0]
-    assert by_k[1].extra["chosen"] and metrics["team/accuracy"] == 1.0
+    # DR hits the wall after 1 of 4 steps (0.5 * 0.25); RR closes 2 (0.5 * 0.5); RRDD solves
+    # (team 1 + local 1)
+    assert [by_k[k].reward for k in range(4)] == [0.0, 0.125, 0.25, 2.0]
+    assert [by_k[k].extra["r_team"] for k in range(4)] == [0.0, 0.0, 0.0, 1.0]
+    assert by_k[3].extra["chosen"] and metrics["team/accuracy"] == 1.0
     # a candidate is its observation (mask 0) then its action (mask 1)
-    t = by_k[1]
+    t = by_k[3]
     n = sum(t.response_mask)
     text = system.runtimes["plan"].tokenizer.decode(t.input_ids[:-n])
     assert "Tool output: RRDD" in text and t.response_mask == [0] * (len(t.input_ids) - n) + [1] * n
@@ -95,7 +101,7 @@ def test_turn_rewards_greedy_continuation_and_rows(played):
 
 def test_advantages_per_task_role_turn_by_hand(played):
     cfg, _, store, _, _ = played
-    for model, rewards in (("a", [1.0, 0.0, 0.2, 1.0]), ("b", [0.25, 2.0, 0.0, 0.125])):
+    for model, rewards in (("a", [1.0, 0.0, 0.2, 2.0]), ("b", [0.0, 0.125, 0.25, 2.0])):
         samples, stats = at_grpo_samples(store.round_trajectories("team-r0000", model), cfg)
         mean = sum(rewards) / 4
         std = (sum((r - mean) ** 2 for r in rewards) / 4) ** 0.5
@@ -103,9 +109,9 @@ def test_advantages_per_task_role_turn_by_hand(played):
         assert [got[k] for k in range(4)] == pytest.approx(
             [(r - mean) / (std + 1e-6) for r in rewards], abs=1e-6)
         assert len(stats) == 1 and stats[0].mean == pytest.approx(mean)
-        if model == "a":  # mean 0.55, population std sqrt(0.2075) = 0.45552
+        if model == "a":  # mean 0.8, population std sqrt(0.62) = 0.78740
             assert [got[k] for k in range(4)] == pytest.approx(
-                [0.98788, -1.20741, -0.76835, 0.98788], abs=1e-5)
+                [0.25400, -1.01600, -0.76200, 1.52400], abs=1e-5)
 
 
 def test_each_role_trains_its_own_model(played):
@@ -115,7 +121,7 @@ def test_each_role_trains_its_own_model(played):
         assert any(not torch.equal(x, y) for x, y in zip(before[name], after, strict=True))
         assert metrics[f"{name}/grad_norm"] > 0
     assert metrics["tool/samples"] == 4 and metrics["plan/samples"] == 4
-    assert metrics["tool/turn_reward_mean"] == pytest.approx(0.55)
+    assert metrics["tool/turn_reward_mean"] == pytest.approx(0.8)
 
 
 def test_one_real_round_with_a_shared_policy(tiny_dir, tmp_path):

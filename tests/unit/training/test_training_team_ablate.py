@@ -109,10 +109,33 @@ def test_grouping_option_changes_the_group_keys():
     # agent_turn: (q0, tool_user, 0) [1, 0], (q0, reasoner, 0) [1, 1], (q0, tool_user, 1) [2, 0]
     assert groups["shared"] == (3, [1.0, -1.0, 0.0, 0.0, 1.0, -1.0])
     # naive: one group [1, 0, 1, 1, 2, 0] (mean 5/6 and its population std)
+    # (its statistics filed under both roles that have samples in it)
     rewards = [r for _, _, r in rows]
     mean = sum(rewards) / 6
     std = (sum((r - mean) ** 2 for r in rewards) / 6) ** 0.5
-    assert groups["shared_naive"] == (1, [round((r - mean) / std, 3) for r in rewards])
+    assert groups["shared_naive"] == (2, [round((r - mean) / std, 3) for r in rewards])
+
+
+def test_pooled_groups_count_for_every_role_they_hold():
+    """Under a pooled grouping a group's statistics are filed under each role with samples
+    in it, keyed by the group (``*`` where pooled), so every role gets its
+    ``frac_reward_zero_std``; agent_turn keeps one row per (task, role, turn)."""
+    from mgrpo.training.scoring import frac_zero_std
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_grouping.yaml")
+    rows = [("tool_user", 0, 1.0), ("tool_user", 0, 1.0), ("reasoner", 0, 1.0),
+            ("reasoner", 0, 0.0), ("tool_user", 1, 1.0), ("tool_user", 1, 1.0)]
+    trajs = [_traj(i, *row) for i, row in enumerate(rows)]
+    _, naive = at_grpo_samples(trajs, arm_config(cfg, "shared_naive", 0))
+    assert sorted((s.agent, s.group_key, s.n) for s in naive) == [
+        ("reasoner", "q0|*|t*", 6), ("tool_user", "q0|*|t*", 6)]
+    _, split = at_grpo_samples(trajs, arm_config(cfg, "shared", 0))
+    assert sorted(s.group_key for s in split) == ["q0|reasoner|t0", "q0|tool_user|t0",
+                                                   "q0|tool_user|t1"]
+    by_role = {role: frac_zero_std([s for s in split if s.agent == role])
+               for role in ("tool_user", "reasoner")}
+    assert by_role == {"tool_user": 1.0, "reasoner": 0.0}
+    assert {s.agent: frac_zero_std([s]) for s in naive} == {"tool_user": 0.0, "reasoner": 0.0}
 
 
 def test_report_pairs_each_arm_with_the_baseline_and_its_swapped_team_once(tmp_path):
@@ -162,3 +185,57 @@ def test_report_pairs_solved_tasks_and_partial_team_rewards_apart(tmp_path):
     assert rows == [["| specialised - shared", "+0.000"],
                     ["| specialised - shared (team reward)", "+0.375"]]
     assert "| specialised | 0.250 ± nan | 0.250 ± nan | 0.625 ± nan | 0.625 ± nan |" in text
+
+
+def test_two_arms_with_the_same_settings_sample_the_same_rollouts(tiny_dir, tmp_path):
+    """Arms differ in their settings alone: an arm's name (in its run's name and round ids)
+    enters no sampling seed, so two arms of one setting play the same candidates."""
+    from mgrpo.training.round_store import round_id_of
+    from mgrpo.training.team_round import build_team_system
+    from mgrpo.training.tree_round import tree_seed
+
+    data = yaml.safe_load((EXAMPLES / "ablate_team_alpha.yaml").read_text())
+    data.update(out_dir=str(tmp_path), arms={"specialised": {}, "specialised_copy": {}})
+    data["base"]["sampling"] = {"max_new_tokens": 6}
+    for model in data["base"]["models"].values():
+        model["path"] = str(tiny_dir)
+    cfg = load_team_ablate(tmp_path / "x.yaml", data)
+    played = {}
+    for arm in cfg.arms:
+        run = arm_config(cfg, arm, 0)
+        system = build_team_system(run)
+        tasks = system.world.tasks("train", 2, run.seed)
+        episodes = system.sampler().run(round_id_of(run.name, 0), tasks, tree_seed(run, 0))
+        played[arm] = [(t.agent, t.turn, t.rollout, t.input_ids, t.reward)
+                       for ep in episodes for t in ep.candidates]
+    assert played["specialised"] == played["specialised_copy"]
+    actions = {tuple(ids) for agent, _, _, ids, _ in played["specialised"]
+               if agent == "tool_user"}
+    assert len(actions) > 1  # sampled: the seeds matter
+
+
+def test_report_resamples_seeds_then_tasks_and_says_how_many(tmp_path):
+    """Three seeds of 4 tasks: the arms differ on every task of seed 0 (+1) and on none of
+    seeds 1 and 2. Tasks then do not matter and a draw of 3 seeds has mean 0, 1/3, 2/3 or 1
+    with p 0.296, 0.444, 0.222, 0.037: the 95% bootstrap interval is [0, 1]. (Pooling the
+    12 (seed, task) pairs as one run gives [+0.083, +0.583], excluding 0.) Student-t over
+    the seed differences (1, 0, 0): 1/3 +- 4.303 * 0.577 / sqrt(3) = [-1.101, +1.768]."""
+    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.training.team_round import write_task_scores
+
+    cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_math.yaml")
+    scores = {"specialised": [[1] * 4, [1, 0, 1, 0], [0, 0, 1, 1]],
+              "shared": [[0] * 4, [1, 0, 1, 0], [0, 0, 1, 1]]}
+    results = {}
+    for arm, per_seed in scores.items():
+        for seed, vals in enumerate(per_seed):
+            out = tmp_path / arm / str(seed)
+            out.mkdir(parents=True)
+            write_task_scores(out, {f"s{seed}-task{i}": float(v) for i, v in enumerate(vals)})
+            acc = {"eval/greedy/accuracy": sum(vals) / 4}
+            results.setdefault(arm, []).append({"seed": seed, "before": acc, "after": acc,
+                                                "out_dir": str(out)})
+    text = team_markdown(cfg, results, 60.0)
+    [row] = [line for line in text.splitlines() if line.startswith("| specialised - shared")]
+    assert row == ("| specialised - shared | +0.333 | [+0.000, +1.000] | no | "
+                   "[-1.101, +1.768] | +1.000, +0.000, +0.000 | 3 x 4 |")
