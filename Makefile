@@ -140,7 +140,7 @@ screenshots: venv browser-deps
 	  tests/unit/services/test_dashboard.py tests/unit/services/test_dashboard_services.py
 	$(BIN)/python scripts/demo_screenshots.py --out runs/screenshots --out-img docs/img
 
-test: venv tools vllm-venv wandb-venv
+test: venv tools vllm-venv wandb-venv real-model
 	$(BIN)/pytest tests --durations=20
 
 test-fast: venv tools
