@@ -157,6 +157,13 @@ class RunConfig(StrictModel):
         "with MGRPO_TENSORBOARD_DIR set), wandb (Weights & Biases, off by default: needs "
         "`pip install 'mgrpo[wandb]'`, configured by WANDB_* env vars, e.g. "
         "WANDB_MODE=offline). [] for neither.")
+    log_completions: int = Field(
+        2, ge=0, description="Episodes per round of an embedded `mgrpo train` that plays "
+        "episodes (algorithms mgrpo and grpo; AT-GRPO's trees and turn teams write none), "
+        "chosen by the seed, written as people read them (each agent's turns, tool calls "
+        "and results, the planner's reward): to <out_dir>/completions.jsonl, TensorBoard's "
+        "text tab and a W&B table (`report_to`), shown by the dashboard. 0: none. As TRL's "
+        "log_completions.")
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"
 

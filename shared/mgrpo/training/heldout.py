@@ -145,12 +145,16 @@ def evaluate_on(cfg, request, stage: Stage) -> dict:
         raise EvalRefused(f"--subagent {subagent!r} is not a sub-agent of this run",
                           f"one of {sorted(r for r in system.runtimes if r != 'planner')}")
     versions = load_trained(system) if request.checkpoints else {}
+    records: list[dict] = []
     with progress_bar(desc="eval", total=len(questions)) as bar:
-        result: dict = evaluate(system, questions, greedy=request.greedy, progress=bar.update)
+        result: dict = evaluate(system, questions, greedy=request.greedy, progress=bar.update,
+                                records=records, keep=request.episodes or 0)
     if subagent is not None:
         result.update(evaluate_subagent(system, subagent, questions, greedy=request.greedy))
     result.update({"split": request.split, "stages": sorted({q.stage for q in questions}),
                    "questions": len(questions), "bench_dir": cfg.bench_dir,
                    "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
                    or "models' paths"})
+    if request.episodes:
+        result["episodes"] = records
     return result
