@@ -121,11 +121,13 @@ def evaluate_hierarchy(cfg, request) -> dict:
                           "own") from None
     config = load_benchmark(cfg.bench_dir).config
     own = config.seed if config is not None else "?"
-    return {f"seed {own}": result,
-            f"seed {seed}": evaluate_on(cfg.model_copy(update={"bench_dir": str(other)}),
-                                        request, stage),
+    beside = evaluate_on(cfg.model_copy(update={"bench_dir": str(other)}), request, stage)
+    # the episodes shown: the run's own benchmark's, then the other seed's
+    episodes = result.pop("episodes", []) + beside.pop("episodes", [])
+    return {f"seed {own}": result, f"seed {seed}": beside,
             "name_overlap": name_overlap(load_benchmark(cfg.bench_dir), load_benchmark(other),
-                                         request.split)}
+                                         request.split),
+            **({"episodes": episodes} if episodes else {})}
 
 
 def evaluate_on(cfg, request, stage: Stage) -> dict:

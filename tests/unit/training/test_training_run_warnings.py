@@ -55,3 +55,24 @@ def test_cpu_kernels_warning(caplog, monkeypatch, in_use, warned):
     with caplog.at_level(logging.WARNING, logger="mgrpo.training.numerics"):
         assert numerics.fix_numerics(None, "avx2") == in_use
     assert ("cpu kernels: wanted AVX2, torch uses AVX512" in caplog.text) == warned
+
+
+def test_retry_warning(caplog):
+    import httpx
+
+    from mgrpo.retry import call_with_backoff
+
+    with caplog.at_level(logging.WARNING, logger="mgrpo.retry"):
+        assert call_with_backoff(lambda: 1, what="judge", sleep=lambda s: None) == 1
+    assert caplog.text == ""
+    failures = iter([httpx.ConnectError("refused")])
+
+    def flaky():
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return 2
+
+    with caplog.at_level(logging.WARNING, logger="mgrpo.retry"):
+        assert call_with_backoff(flaky, what="judge", sleep=lambda s: None) == 2
+    assert "judge failed (ConnectError: refused), attempt 1 of 5" in caplog.text
