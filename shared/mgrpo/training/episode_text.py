@@ -15,7 +15,8 @@ writes a record as indented text, one line per turn::
     planner answers: Ostra
 
 :func:`sample_records` picks the few episodes of a round that a run writes (seeded by the
-round). What this module does not do: play or score episodes (``mgrpo.training.rounds``),
+round); :func:`trajectory_record` is a distributed trainer's: one stored trajectory decoded.
+What this module does not do: play or score episodes (``mgrpo.training.rounds``),
 or write files (``mgrpo.training.metrics.MetricsLogger``).
 """
 
@@ -98,6 +99,26 @@ def _step_lines(step: dict, depth: int, experts) -> list[str]:
 def _short(value: object) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS - 3] + "..."
+
+
+def trajectory_record(traj: Any, tokenizer: Any) -> dict:
+    """One stored trajectory (a distributed trainer's view: token ids, no episode trace) as
+    a record: its agent, query, rollout, result, and its text decoded where
+    ``response_mask`` changes, each generated run marked ``>>`` and the context fed to the
+    agent (prompt, observations) marked ``..``."""
+    ids, mask = traj.input_ids, traj.response_mask
+    lines = [f"{traj.agent} #{traj.invocation} of {traj.query_id} #{traj.rollout}   format "
+             f"{'ok' if traj.format_ok else 'broken'}   result: {_short(traj.result)}"]
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or mask[end] != mask[start]:
+            text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            mark = ">> " if mask[start] else ".. "
+            lines += [mark + line for line in text[-MAX_CHARS * 4:].splitlines() or [""]]
+            start = end
+    return {"query_id": traj.query_id, "rollout": traj.rollout, "agent": traj.agent,
+            "invocation": traj.invocation, "format_ok": bool(traj.format_ok),
+            "text": "\n".join(lines)}
 
 
 def sample_records(records: Sequence[dict], n: int, seed: int) -> list[dict]:

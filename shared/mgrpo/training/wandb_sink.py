@@ -13,7 +13,8 @@ them later with ``wandb sync``), ``WANDB_DIR`` (embedded default: the run's out_
 ``WANDB_API_KEY``, ``WANDB_ENTITY``. The ``wandb`` package is not a dependency: ``pip
 install 'mgrpo[wandb]'`` (``make wandb-venv`` here).
 
-Embedded runs also log a ``completions`` table per round (``MetricsLogger.log_completions``).
+Each round also logs a ``completions`` table: embedded, a few episodes as text
+(``MetricsLogger.log_completions``); a trainer, a few of its model's trajectories, decoded.
 
 What it does NOT do: resume a W&B run (a resumed or restarted process starts a new one),
 log rollout-side keys in distributed mode (the trainers never see them), artifacts or traces.
@@ -85,6 +86,12 @@ class WandbSink:
         with self._lock:
             table = self._wandb.Table(columns=list(columns), data=rows)
             self._run(run_id).log({key: table}, step=step)
+
+    def log_completions(self, run_id: str, step: int, records: list[dict]) -> None:
+        """A distributed trainer's sampled completions as a ``completions`` table."""
+        columns = ("round", "query_id", "rollout", "agent", "format_ok", "text")
+        self.log_table(run_id, step, "completions", columns,
+                       [[step, *(r.get(c) for c in columns[1:])] for r in records])
 
     def run_dir(self, run_id: str) -> Path | None:
         """The local folder of ``run_id``'s W&B run (its ``files/`` parent), once opened."""
