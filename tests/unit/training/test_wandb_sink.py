@@ -87,21 +87,22 @@ def tensorboard_series(log_dir: Path) -> dict[str, dict[int, float]]:
             for tag in events.Tags()["scalars"]}
 
 
-TABLES = ("completions",)  # logged as W&B tables, not TensorBoard scalars
+TABLES = ("completions",)  # logged as W&B tables (history keys "completions/..."), not scalars
 
 
 def wandb_series(history: list[dict]) -> dict[str, dict[int, float]]:
     series: dict[str, dict[int, float]] = {}
     for row in history:
         for key, value in row.items():
-            if key != "_step" and key not in TABLES:
+            if key != "_step" and key.split("/")[0] not in TABLES:
                 series.setdefault(key, {})[row["_step"]] = value
     return series
 
 
 def table_steps(history: list[dict], key: str = "completions") -> list[int]:
     """The steps at which the run logged the table ``key``."""
-    return sorted(row["_step"] for row in history if key in row)
+    return sorted(row["_step"] for row in history
+                  if any(k.split("/")[0] == key for k in row))
 
 
 def assert_same(wandb: dict, tensorboard: dict) -> int:
