@@ -71,7 +71,9 @@ class RunConfig(StrictModel):
                                  "coder": "coder"},
         description="agent role -> model name. Map several roles to one model to share it. "
         "An agent that delegates is written {model: NAME, calls: [roles]} (a nested "
-        "hierarchy: planner -> researcher -> searcher); its calls go to `delegation`.")
+        "hierarchy: planner -> researcher -> searcher); its calls go to `delegation`. "
+        "{model: NAME, description: TEXT} gives the planner's card of a sub-agent "
+        "(`descriptions`).")
     delegation: dict[str, list[str]] = Field(
         default_factory=dict, description="agent role -> the sub-agents it may call, from "
         "`agents`' {model, calls} entries (mgrpo.workflows.hierarchy). The planner calls "
