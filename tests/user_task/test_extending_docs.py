@@ -19,6 +19,12 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCK = re.compile(r"(?:<!-- (?P<marker>[^>]*) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```",
                    re.S)
 DOC_URL = "http://127.0.0.1:8321"
+FRAGMENT_CHECK = """import sys, yaml
+from mgrpo.training.config import RunConfig
+fragment = yaml.safe_load(sys.argv[1])
+models = {m: {"path": "unused"} for m in ("planner", "web")}
+RunConfig.model_validate({"plugins": ["acme_task"], "models": models, **fragment})
+"""
 
 
 def blocks() -> list[tuple[str, str, str]]:
@@ -43,7 +49,7 @@ def _check_serve_options(line: str, cwd: Path, env: dict) -> None:
 
 def test_the_guide_runs_as_written(tmp_path):
     found = blocks()
-    assert sum(1 for marker, _, _ in found if marker.startswith("file:")) == 5
+    assert sum(1 for marker, _, _ in found if marker.startswith("file:")) == 6
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path),
                                                         os.environ.get("PYTHONPATH", "")]),
@@ -67,6 +73,8 @@ def test_the_guide_runs_as_written(tmp_path):
                     _check_serve_options(line, tmp_path, env)
             elif lang == "bash":
                 ran.append(_run(["bash", "-euc", body], tmp_path, env))
+            elif lang == "yaml" and not marker:  # a fragment of a run config: it validates
+                _run([sys.executable, "-c", FRAGMENT_CHECK, body], tmp_path, env)
             elif lang == "python":
                 ran.append(_run([sys.executable, "-c", body], tmp_path, env))
             else:

@@ -70,9 +70,10 @@ def test_trained_one_round_embedded_and_evaluated(acme, search_api):
     assert (1, "eval/greedy/accuracy") in metrics
     # the tool was built from the YAML's keywords in the training process (its health check)
     assert "/health" in search_api.requests[before:]
-    done = mgrpo("eval", "--config", str(acme / "run.yaml"), "--n", "1")
+    done = mgrpo("eval", "--config", str(acme / "run.yaml"), "--n", "1", "--episodes", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "accuracy" in done.stdout
+    assert "\nquestion: " in done.stderr  # the episode, as a person reads it
 
 
 def test_a_mistyped_import_path_is_refused_in_one_line(acme):

@@ -153,6 +153,10 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
               None, help="Hierarchy: also play this sub-agent (searcher, coder) alone on the "
               "gold subtasks of the questions: its own r_expert, free of the planner's "
               "errors."),
+          episodes: int = typer.Option(
+              0, min=0, help="Hierarchy: also show the first N episodes as text on stderr "
+              "(each agent's turns, tool calls and results, rewards; stdout stays the JSON); "
+              "with --out FILE, also as JSON lines in FILE's name with .episodes.jsonl."),
           out: Path | None = typer.Option(None, help="Write the JSON here too."),
           set_: list[str] = typer.Option([], "--set")) -> None:
     """Evaluate the config's workflow, as JSON with the CPU kernels and threads used (the
@@ -172,17 +176,32 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--stage") from None
     request = EvalRequest(split=split, n=n, greedy=greedy, checkpoints=checkpoints,
-                          stage=chosen, bench_seed=bench_seed, subagent=subagent)
+                          stage=chosen, bench_seed=bench_seed, subagent=subagent,
+                          episodes=episodes or None)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
         result = cfg.flow.evaluate(cfg, request)
     except EvalRefused as exc:
         raise UserError(str(exc), exc.hint) from None
     result["cpu"] = cpu
+    shown = result.pop("episodes", [])
+    if shown:
+        show_episodes(shown, out.with_suffix(".episodes.jsonl") if out else None)
     text = json.dumps(result, indent=2, sort_keys=True)
     if out:
         out.write_text(text)
     typer.echo(text)
+
+
+def show_episodes(records: list[dict], path: Path | None) -> None:
+    """``mgrpo eval --episodes``: the records as text on stderr, and as JSON lines at
+    ``path``."""
+    # on use: keeps mgrpo.training out of the CLI's start
+    from mgrpo.training.episode_text import render_episodes
+
+    typer.echo(render_episodes(records), err=True, nl=False)
+    if path is not None:
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
 
 
 def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,

@@ -342,3 +342,26 @@ def episodes(store, round_id: str, lookup: Callable | None = None) -> list[dict]
                     "format_ok": o.format_ok, "correct": o.correct, "reward": o.reward,
                     "question": question, "gold": gold})
     return out
+
+
+COMPLETIONS_SHOWN = 20
+
+
+def completions(run_dir: Path | None, limit: int = COMPLETIONS_SHOWN) -> list[dict]:
+    """The last ``limit`` episodes an embedded run wrote as people read them
+    (``completions.jsonl``, ``MetricsLogger.log_completions``), newest last: round, query,
+    rollout, reward, correct, format and the text. None in a run without the file (a
+    distributed run's trainers write none)."""
+    path = run_dir / "completions.jsonl" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return []
+    keep = ("round", "query_id", "rollout", "reward", "correct", "format_ok", "text")
+    rows = []
+    with path.open() as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line being written as we read
+                continue
+            rows.append({k: row.get(k) for k in keep})
+    return rows[-limit:]

@@ -7,8 +7,9 @@ Every agent context is a conversation rendered by ``tokenizer.apply_chat_templat
   shows them in the model's native tool format. A turn with one tool call delegates; the
   sub-agent's result comes back as a ``tool`` message. A turn without a tool call is the answer.
 - sub-agent: a system prompt (``prompts/chat_subagent_system.txt``), the task as the user turn
-  and its tool (``{"input": string}``). A tool call runs the tool, whose output comes back as a
-  ``tool`` message; a turn without a tool call is the result.
+  and its tool: its own schema when it has ``parameters`` (a function tool,
+  :mod:`mgrpo.tools.function`), else ``{"input": string}``. A tool call runs the tool, whose
+  output comes back as a ``tool`` message; a turn without a tool call is the result.
 
 Tool calls are read back and written (the expert demonstrations) in a format of
 :data:`TOOL_CALL_FORMATS` (``hermes``: Qwen2.5, Hermes and others, ``<tool_call>{"name": ...,
@@ -105,10 +106,25 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
 
 def function_tool(name: str, description: str, arg: str, arg_description: str) -> dict:
     """An OpenAI-style tool schema with one required string argument ``arg``."""
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "required": [arg],
-                       "properties": {arg: {"type": "string", "description": arg_description}}}}}
+    return tool_schema(name, description, {
+        "type": "object", "required": [arg],
+        "properties": {arg: {"type": "string", "description": arg_description}}})
+
+
+def tool_schema(name: str, description: str, parameters: dict) -> dict:
+    """An OpenAI-style tool schema: ``parameters`` is a JSON schema of an object."""
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": parameters}}
+
+
+def _single_string(parameters: dict) -> str | None:
+    """The argument of a schema whose only argument is a string (the payload is its value)."""
+    props = parameters.get("properties", {})
+    if len(props) == 1:
+        (arg, spec), = props.items()
+        if spec.get("type") in (None, "string"):
+            return arg
+    return None
 
 
 class ChatTemplateFormat:
@@ -205,10 +221,13 @@ class ChatTemplateFormat:
         system = (PROMPTS / "chat_subagent_system.txt").read_text(encoding="utf-8").strip()
         system = system.format(role=role, description=self.clean(description or role),
                                tool=tool_name)
+        parameters = getattr(tool, "parameters", None)  # a function tool's own arguments
+        schema = (tool_schema(tool_name, self.clean(tool_doc), parameters) if parameters
+                  else function_tool(tool_name, self.clean(tool_doc), "input",
+                                     "the tool's input"))
         return _ChatDialogue(self, [{"role": "system", "content": system},
                                     {"role": "user", "content": self.clean(task)}],
-                             [function_tool(tool_name, self.clean(tool_doc), "input",
-                                            "the tool's input")], planner=False)
+                             [schema], planner=False)
 
 
 class _ChatDialogue:
@@ -276,14 +295,31 @@ class _ChatDialogue:
             return (PlannerAction("answer", answer=final) if self.planner
                     else SubagentAction("return", payload=final))
         (name, args), = calls
-        names = [t["function"]["name"] for t in self.tools]
-        arg = "task" if self.planner else "input"
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in self.tools}
+        if name not in schemas:
+            return invalid("invalid", error=f"unknown tool {name!r}; callable: "
+                           f"{list(schemas)}")
+        arg = _single_string(schemas[name])
+        if arg is None:  # a function tool of other arguments: they go to it as JSON
+            return self._arguments_call(name, args, schemas[name])
         value = args.get(arg)
-        if name not in names:
-            return invalid("invalid", error=f"unknown tool {name!r}; callable: {names}")
         if set(args) != {arg} or not isinstance(value, str) or not value.strip():
             return invalid("invalid", error=f"tool {name!r} takes one non-empty string "
                            f"argument {arg!r}; got {json.dumps(args)[:80]}")
         if self.planner:
             return PlannerAction("call", agent=name, task=value.strip())
         return SubagentAction("tool", payload=value.strip())
+
+    def _arguments_call(self, name: str, args: dict, parameters: dict) -> SubagentAction:
+        """A call of a tool whose arguments are not one string: their names checked against
+        its schema, the payload their JSON (the tool reads it back)."""
+        props, required = parameters.get("properties", {}), parameters.get("required", [])
+        unknown = sorted(set(args) - set(props))
+        missing = sorted(set(required) - set(args))
+        if unknown or missing:
+            return SubagentAction("invalid", error=f"tool {name!r} takes {sorted(props)} "
+                                  f"(required {sorted(required)}); got "
+                                  f"{json.dumps(args)[:80]}")
+        if len(props) == 1:
+            return SubagentAction("tool", payload=json.dumps(next(iter(args.values()))))
+        return SubagentAction("tool", payload=json.dumps(args))

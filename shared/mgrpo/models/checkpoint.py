@@ -8,6 +8,7 @@ Layout::
         config.json                full weights only: with the tokenizer files the version
                                    directory is itself a Hugging Face folder (load_model works)
         adapter_model.safetensors  LoRA only (peft adapter weights) + adapter_config.json
+                                   (its base_model_name_or_path: a local base's absolute path)
         tokenizer files            when a tokenizer is given
         manifest.json              written LAST: name, version, kind, sha256, crc32 + size
                                    per file
@@ -123,6 +124,15 @@ def dedupe_tied(state: dict) -> tuple[dict, dict[str, str]]:
     return kept, aliases
 
 
+def base_reference(base: str | None) -> str | None:
+    """A LoRA adapter's ``base_model_name_or_path`` as it is recorded: a local folder as its
+    absolute path (peft keeps the path the base was loaded by, relative to the working folder
+    then), so the adapter loads from any working folder; anything else (a hub name) as is."""
+    if base and not os.path.isabs(base) and os.path.isdir(base):
+        return os.path.abspath(base)
+    return base
+
+
 def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, str]]:
     """The files of a checkpoint as bytes, its kind (full | lora) and its tied aliases."""
     from safetensors.torch import save as st_save
@@ -133,6 +143,8 @@ def _payload_files(model, tokenizer) -> tuple[dict[str, bytes], str, dict[str, s
         state = {k: v.detach().cpu().contiguous() for k, v in adapter_state(model).items()}
         files["adapter_model.safetensors"] = st_save(state)
         peft_config = model.peft_config[model.active_adapter].to_dict()
+        peft_config["base_model_name_or_path"] = base_reference(
+            peft_config.get("base_model_name_or_path"))
         files["adapter_config.json"] = json.dumps(peft_config, default=list, indent=2).encode()
     else:
         kind = "full"

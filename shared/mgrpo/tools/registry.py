@@ -6,9 +6,11 @@ to tools through :data:`ROLE_TOOLS` (the built-in benchmark's searcher and coder
 
 A run config's ``tools:`` entry configures a tool: ``{search: {k: 1}}`` gives keywords to a
 registered tool, ``{websearch: {class: "acme.tools:WebSearch", url: ...}}`` names a class by
-import path (no registration needed). :func:`build_configured_tool` builds either, the same
-in embedded and distributed mode. The constructor parameters named in :data:`PROVIDED` are
-filled by mgrpo, and only for a tool whose constructor declares them: ``corpus`` (the
+import path (no registration needed), ``{calc: {function: "acme.tools:calc"}}`` a plain
+function, its schema from its signature and docstring (:mod:`mgrpo.tools.function`).
+:func:`build_configured_tool` builds any of them, the same in embedded and distributed mode.
+The constructor parameters named in :data:`PROVIDED` are filled by mgrpo, and only for a tool
+whose constructor declares them: ``corpus`` (the
 benchmark's documents, ``mgrpo.envs.Corpus``) and ``executor`` (the sandbox:
 ``execute(ExecRequest) -> ExecResult``). Every other parameter comes from the config entry.
 
@@ -36,7 +38,9 @@ _REGISTRY: dict[str, type] = {}
 @runtime_checkable
 class Tool(Protocol):
     """What a sub-agent calls: ``run`` takes the text inside ``<tool>...</tool>`` and returns
-    the observation text (terse; the runner wraps it in ``<obs>...</obs>``)."""
+    the observation text (terse; the runner wraps it in ``<obs>...</obs>``). Optional:
+    ``description`` (the chat template's tool card) and ``parameters`` (a JSON schema of the
+    call's arguments; without it the card takes one string, ``input``)."""
 
     name: str
 
@@ -81,6 +85,8 @@ def tool_class(name: str, tools_cfg: Mapping[str, Mapping] | None = None
     ``class``. Raises a one-line :class:`~mgrpo.plugins.PluginError` for a spec that does
     not resolve and a ``ValueError`` for an unknown name."""
     entry = dict((tools_cfg or {}).get(name) or {})
+    if "function" in entry:
+        return _function_tool(name, entry)
     spec = entry.pop("class", None)
     if spec is not None:
         return load_object(spec, f"tools.{name}.class"), entry
@@ -91,6 +97,24 @@ def tool_class(name: str, tools_cfg: Mapping[str, Mapping] | None = None
                          "MGRPO_PLUGINS) or give it a `tools: {NAME: {class: "
                          "'pkg.mod:Class'}}` entry")
     return _REGISTRY[name], entry
+
+
+def _function_tool(name: str, entry: dict) -> tuple[type, dict[str, Any]]:
+    """A ``{function: "pkg.mod:fn", description: ...}`` entry: :class:`FunctionTool` and its
+    keywords (the function, the entry's name, its description if given)."""
+    # here, not at the top: mgrpo.tools.function is only needed for a function entry
+    from mgrpo.tools.function import FunctionTool
+
+    spec = entry.pop("function")
+    if "class" in entry:
+        raise PluginError(f"tools.{name}: give `class` or `function`, not both")
+    extra = sorted(set(entry) - {"description"})
+    if extra:
+        raise PluginError(f"tools.{name}: {spec!r}: a function tool takes `function` and "
+                          f"`description` only, got {extra} (its arguments come from the "
+                          "model's call; a tool with settings is a class: `class:`)")
+    return FunctionTool, {"function": load_object(spec, f"tools.{name}.function"),
+                          "name": name, **entry}
 
 
 def provided_parameters(cls: type) -> list[str]:
@@ -106,6 +130,9 @@ def check_tool(name: str, tools_cfg: Mapping[str, Mapping] | None = None) -> Non
     """Refuse a tool that cannot be built: unknown, a spec that does not resolve, or a
     constructor that does not take the entry's keywords (one line naming the key)."""
     cls, kwargs = tool_class(name, tools_cfg)
+    if "function" in (tools_cfg or {}).get(name, {}):
+        cls(**kwargs)  # builds its schema: a function it cannot describe is refused now
+        return
     spec = (tools_cfg or {}).get(name, {}).get("class") or name
     check_call(cls, f"tools.{name}", spec, kwargs=[*kwargs, *provided_parameters(cls)])
     if not callable(getattr(cls, "run", None)):

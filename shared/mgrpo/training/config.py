@@ -71,7 +71,9 @@ class RunConfig(StrictModel):
                                  "coder": "coder"},
         description="agent role -> model name. Map several roles to one model to share it. "
         "An agent that delegates is written {model: NAME, calls: [roles]} (a nested "
-        "hierarchy: planner -> researcher -> searcher); its calls go to `delegation`.")
+        "hierarchy: planner -> researcher -> searcher); its calls go to `delegation`. "
+        "{model: NAME, description: TEXT} gives the planner's card of a sub-agent "
+        "(`descriptions`).")
     delegation: dict[str, list[str]] = Field(
         default_factory=dict, description="agent role -> the sub-agents it may call, from "
         "`agents`' {model, calls} entries (mgrpo.workflows.hierarchy). The planner calls "
@@ -79,6 +81,12 @@ class RunConfig(StrictModel):
         "one caller; a role calling itself, a cycle, or more than MAX_DEPTH levels below "
         "the planner are refused. A delegating sub-agent has no tool unless `role_tools` "
         "names one.")
+    descriptions: dict[str, str] = Field(
+        default_factory=dict, description="Sub-agent role -> the one line the planner reads "
+        "about it (its card: the description of its tool in the chat template's `tools=`, "
+        "a line of the markup header), in both modes; also written in `agents:` as {model: "
+        "NAME, description: ...}. Roles not listed: the built-in roles' own (searcher: look "
+        "up facts, coder: run python), else the role name.")
     workflow: WorkflowConfig | None = Field(
         None, description="The workflow (mgrpo.workflows): None = the hierarchy of `agents`; "
         "{kind: turn_team, world: plan_path, roles: {tool: m1, plan: m2}} = a team taking "
@@ -110,7 +118,9 @@ class RunConfig(StrictModel):
         default_factory=dict, description="Per-tool keyword config, e.g. {search: {k: 1}}, "
         "or a tool by import path: {websearch: {class: 'acme.tools:WebSearch', url: ...}}; "
         "the keywords go to the constructor in both modes; mgrpo fills only the parameters "
-        "named corpus and executor, when the constructor declares them. The warm-start "
+        "named corpus and executor, when the constructor declares them. A plain function: "
+        "{calc: {function: 'acme.tools:calc', description: ...}}, its schema from its "
+        "signature and docstring (mgrpo.tools.function). The warm-start "
         "demonstrations must have been written with the same settings.")
     verifier: str = Field(
         "exact", description="r_correct of the planner's final answer: exact (normalised "
@@ -149,6 +159,13 @@ class RunConfig(StrictModel):
         "with MGRPO_TENSORBOARD_DIR set), wandb (Weights & Biases, off by default: needs "
         "`pip install 'mgrpo[wandb]'`, configured by WANDB_* env vars, e.g. "
         "WANDB_MODE=offline). [] for neither.")
+    log_completions: int = Field(
+        2, ge=0, description="Episodes per round of an embedded `mgrpo train` that plays "
+        "episodes (algorithms mgrpo and grpo; AT-GRPO's trees and turn teams write none), "
+        "chosen by the seed, written as people read them (each agent's turns, tool calls "
+        "and results, the planner's reward): to <out_dir>/completions.jsonl, TensorBoard's "
+        "text tab and a W&B table (`report_to`), shown by the dashboard. 0: none. As TRL's "
+        "log_completions.")
     bench_dir: str = "runs/bench"
     out_dir: str = "runs/run"
 
@@ -161,17 +178,21 @@ class RunConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _agent_calls(cls, data):
-        """``agents: {role: {model: m, calls: [...]}}`` -> ``agents[role] = m`` and
-        ``delegation[role] = [...]``."""
+        """``agents: {role: {model: m, calls: [...], description: ...}}`` -> ``agents[role]
+        = m``, ``delegation[role] = [...]`` and ``descriptions[role]``."""
         if not isinstance(data, dict) or not isinstance(data.get("agents"), dict):
             return data
         agents, delegation = {}, dict(data.get("delegation") or {})
+        descriptions = dict(data.get("descriptions") or {})
         for role, entry in data["agents"].items():
             if isinstance(entry, dict):
-                unknown = sorted(set(entry) - {"model", "calls"})
+                unknown = sorted(set(entry) - {"model", "calls", "description"})
                 if unknown or "model" not in entry:
-                    raise ValueError(f"agents.{role}: a delegating agent is {{model: NAME, "
-                                     f"calls: [roles]}} (got keys {sorted(entry)})")
+                    raise ValueError(f"agents.{role}: an agent written out is {{model: NAME, "
+                                     "calls: [roles], description: TEXT}} (calls and "
+                                     f"description optional; got keys {sorted(entry)})")
+                if "description" in entry:
+                    descriptions[role] = entry["description"]
                 calls = entry.get("calls") or []
                 if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
                     raise ValueError(f"agents.{role}.calls: a list of agent roles, got "
@@ -181,7 +202,8 @@ class RunConfig(StrictModel):
                     delegation[role] = calls
             else:
                 agents[role] = entry
-        return {**data, "agents": agents, "delegation": delegation}
+        return {**data, "agents": agents, "delegation": delegation,
+                **({"descriptions": descriptions} if descriptions else {})}
 
     @model_validator(mode="before")
     @classmethod
@@ -233,6 +255,11 @@ class RunConfig(StrictModel):
             if judge.kind != "llm" and (judge.model or judge.url or judge.prompt):
                 raise ValueError(f"judges.{role}: kind {judge.kind} takes no "
                                  "model/url/prompt; set kind: llm to use a model")
+        for role in self.descriptions:
+            if role == "planner" or role not in self.agents:
+                raise ValueError(f"descriptions.{role}: not a sub-agent role of `agents` "
+                                 f"({sorted(r for r in self.agents if r != 'planner')}); the "
+                                 "planner reads a description of each agent it calls")
         for role, engine in self.engines.items():
             if role not in self.agents:
                 raise ValueError(f"engines.{role}: not a role of `agents` "

@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 
 from mgrpo.progress import progress_bar
+from mgrpo.training.episode_text import episode_record
 from mgrpo.training.episodes import SubagentCall, mix_seed
 from mgrpo.training.rounds import collect, score
 from mgrpo.training.run_state import write_json_atomic
@@ -22,10 +23,12 @@ from mgrpo.training.system import out_path
 
 def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
              batch: int = 64, progress=None,
-             per_question: dict[str, float] | None = None) -> dict[str, float]:
+             per_question: dict[str, float] | None = None,
+             records: list[dict] | None = None, keep: int = 0) -> dict[str, float]:
     """Play one episode per question; returns ``eval/*`` metrics (see docs/metrics.md).
     ``per_question`` (if given) receives each question id's correctness (paired
-    comparisons of two systems on the same questions: ``mgrpo.algo.paired``)."""
+    comparisons of two systems on the same questions: ``mgrpo.algo.paired``); ``records``
+    the first ``keep`` episodes as readable records (``mgrpo.training.episode_text``)."""
     correct = valid = tokens = 0.0
     calls: dict[str, float] = defaultdict(float)
     by_kind: dict[str, list[float]] = defaultdict(list)
@@ -33,7 +36,8 @@ def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
     for start in range(0, len(questions), batch):
         chunk = questions[start:start + batch]
         episodes = collect(system, "eval", chunk, k=1, seed=seed, greedy=greedy)
-        for ep, outcome in zip(episodes, score(system, episodes), strict=True):
+        outcomes = score(system, episodes)
+        for ep, outcome in zip(episodes, outcomes, strict=True):
             correct += outcome.correct
             valid += float(ep.format_ok)
             tokens += sum(ep.planner.response_mask)
@@ -45,8 +49,11 @@ def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
                 per_question[ep.job.question.id] = float(outcome.correct)
         calls_made = [t for ep in episodes for t in ep.subagents]
         verdicts = iter(expert_verdicts([t for t in calls_made if t.format_ok], system.judge))
-        for traj in calls_made:
-            expert[traj.agent].append(float(next(verdicts).score) if traj.format_ok else 0.0)
+        scores = [float(next(verdicts).score) if t.format_ok else 0.0 for t in calls_made]
+        for traj, value in zip(calls_made, scores, strict=True):
+            expert[traj.agent].append(value)
+        if records is not None and len(records) < keep:
+            _keep_records(records, keep, episodes, outcomes, iter(scores))
         if progress is not None:
             progress(len(chunk))
     n = max(len(questions), 1)
@@ -57,6 +64,16 @@ def evaluate(system, questions: list, greedy: bool, seed: int = 1234,
     out.update({f"eval/{mode}/accuracy_{kind}": sum(v) / len(v) for kind, v in by_kind.items()})
     out.update({f"eval/{mode}/r_expert_{role}": sum(v) / len(v) for role, v in expert.items()})
     return out
+
+
+def _keep_records(records: list[dict], keep: int, episodes: list, outcomes: list,
+                  scores) -> None:
+    """Append the readable records of ``episodes`` until ``records`` holds ``keep``;
+    ``scores``: every call's r_expert, in the episodes' order."""
+    for ep, outcome in zip(episodes, outcomes, strict=True):
+        expert = [next(scores) for _ in ep.subagents]
+        if len(records) < keep:
+            records.append(episode_record(ep, outcome, expert))
 
 
 def evaluate_subagent(system, role: str, questions: list, greedy: bool, seed: int = 1234,

@@ -121,11 +121,13 @@ def evaluate_hierarchy(cfg, request) -> dict:
                           "own") from None
     config = load_benchmark(cfg.bench_dir).config
     own = config.seed if config is not None else "?"
-    return {f"seed {own}": result,
-            f"seed {seed}": evaluate_on(cfg.model_copy(update={"bench_dir": str(other)}),
-                                        request, stage),
+    beside = evaluate_on(cfg.model_copy(update={"bench_dir": str(other)}), request, stage)
+    # the episodes shown: the run's own benchmark's, then the other seed's
+    episodes = result.pop("episodes", []) + beside.pop("episodes", [])
+    return {f"seed {own}": result, f"seed {seed}": beside,
             "name_overlap": name_overlap(load_benchmark(cfg.bench_dir), load_benchmark(other),
-                                         request.split)}
+                                         request.split),
+            **({"episodes": episodes} if episodes else {})}
 
 
 def evaluate_on(cfg, request, stage: Stage) -> dict:
@@ -145,12 +147,16 @@ def evaluate_on(cfg, request, stage: Stage) -> dict:
         raise EvalRefused(f"--subagent {subagent!r} is not a sub-agent of this run",
                           f"one of {sorted(r for r in system.runtimes if r != 'planner')}")
     versions = load_trained(system) if request.checkpoints else {}
+    records: list[dict] = []
     with progress_bar(desc="eval", total=len(questions)) as bar:
-        result: dict = evaluate(system, questions, greedy=request.greedy, progress=bar.update)
+        result: dict = evaluate(system, questions, greedy=request.greedy, progress=bar.update,
+                                records=records, keep=request.episodes or 0)
     if subagent is not None:
         result.update(evaluate_subagent(system, subagent, questions, greedy=request.greedy))
     result.update({"split": request.split, "stages": sorted({q.stage for q in questions}),
                    "questions": len(questions), "bench_dir": cfg.bench_dir,
                    "weights": {name: f"{cfg.name} v{v}" for name, v in versions.items()}
                    or "models' paths"})
+    if request.episodes:
+        result["episodes"] = records
     return result

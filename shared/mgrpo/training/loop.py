@@ -30,6 +30,7 @@ from mgrpo.training.round_store import (  # noqa: F401 - re-exported
     publish_stats,
     round_id_of,
     staleness_metrics,
+    take_completions,
 )
 from mgrpo.training.rounds import collect, sample_questions
 from mgrpo.training.run_lock import own_run_folder
@@ -111,6 +112,9 @@ class HierarchyPlan(RoundPlan):
         # tree sampling, groups (query, agent, turn); else episodes
         round_fn = run_at_grpo_round if self.cfg.algo.tree else run_round
         return round_fn(self.system, store, self.cfg.name, round_index, self.pools[stage_index])
+
+    def completions(self, round_index: int) -> list[dict]:
+        return take_completions(self.system, round_index)
 
     def after_round(self, logger: MetricsLogger, round_index: int, total: int) -> None:
         # Greedy held-out accuracy every eval_every rounds; the last round's comes from the

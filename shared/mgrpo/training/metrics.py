@@ -7,14 +7,16 @@
 On stderr, whatever it is (a terminal, a pipe, a file under ``nohup``): one line per round
 (every ``log_every`` rounds, and the last) and per evaluation, in the format of
 docs/metrics.md ("Log lines"), and the warnings of :class:`~mgrpo.training.watch.RunWatch`
-(never silenced); a progress bar besides on a terminal only.
+(never silenced); a progress bar besides on a terminal only. A few episodes per round, as
+people read them, go to ``completions.jsonl``, TensorBoard's text tab and a W&B table.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from mgrpo.progress import format_line, log_line, progress_bar
@@ -24,6 +26,9 @@ from mgrpo.training.watch import RunWatch
 # What a round's log line shows, in this order: the training episodes' accuracy and format
 # validity, then each role's reward, share of zero-variance groups and each model's grad norm.
 LINE_KEYS = ("planner/accuracy", "planner/format_valid")
+COMPLETIONS_FILE = "completions.jsonl"
+# a completions table's columns (W&B), from each record of mgrpo.training.episode_text
+COMPLETION_COLUMNS = ("round", "query_id", "rollout", "reward", "correct", "format_ok", "text")
 LINE_SUFFIXES = ("/reward_mean", "/frac_reward_zero_std", "/grad_norm")
 
 
@@ -85,9 +90,12 @@ class MetricsLogger:
         seconds, self._clock = now - self._clock, now
         return seconds
 
-    def log_round(self, round_index: int, metrics: dict[str, float]) -> None:
-        """A round's metrics to every sink, and its log line every ``log_every`` rounds."""
+    def log_round(self, round_index: int, metrics: dict[str, float],
+                  completions: Sequence[dict] = ()) -> None:
+        """A round's metrics to every sink, and its log line every ``log_every`` rounds;
+        ``completions``: a few of its episodes as readable records (:meth:`log_completions`)."""
         self.log(round_index, metrics)
+        self.log_completions(round_index, completions)
         seconds = self._lap()
         count = round_index + 1
         last = count == self.total_rounds
@@ -107,6 +115,23 @@ class MetricsLogger:
         lap = self._lap()
         log_line(format_line(f"eval {label}", eval_line_values(metrics),
                              lap if seconds is None else seconds))
+
+    def log_completions(self, step: int, records: Sequence[dict]) -> None:
+        """Episodes as people read them (``mgrpo.training.episode_text`` records): appended
+        to ``completions.jsonl`` (one line each, with ``round``), TensorBoard's text tab
+        (``completions``, one preformatted block each) and a W&B table (``completions``)."""
+        if not records:
+            return
+        rows = [{"round": step, **record} for record in records]
+        with (self.out_dir / COMPLETIONS_FILE).open("a") as fh:
+            fh.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+        if self._tb is not None:
+            self._tb.add_text("completions", "\n\n".join(
+                "    " + record["text"].replace("\n", "\n    ") for record in records), step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log_table(self.run_name, step, "completions", COMPLETION_COLUMNS,
+                                  [[row.get(c) for c in COMPLETION_COLUMNS] for row in rows])
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in sorted(metrics.items()):

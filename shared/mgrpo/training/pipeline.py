@@ -39,7 +39,12 @@ import torch
 
 from mgrpo.algo.staleness import Admission
 from mgrpo.engines.torch_engine import TorchEngine
-from mgrpo.training.round_store import finish_round, open_round, round_id_of
+from mgrpo.training.round_store import (
+    finish_round,
+    open_round,
+    round_id_of,
+    take_completions,
+)
 from mgrpo.training.rounds import collect, sample_questions
 from mgrpo.training.run_state import sync_sampler
 from mgrpo.training.stages import stage_pool
@@ -204,7 +209,7 @@ def run_async(system, store, logger, schedule: list, done: int, stop_after: int 
     next(ticks, None)
 
     def on_round(round_index: int, metrics: dict) -> None:
-        logger.log_round(round_index, metrics)
+        logger.log_round(round_index, metrics, take_completions(system, round_index))
         after_round(logger, round_index, len(schedule))
         result.rounds = round_index + 1
         next(ticks, None)

@@ -15,6 +15,8 @@ import time
 
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
+from mgrpo.training.episode_text import episode_record, sample_records
+from mgrpo.training.episodes import mix_seed
 from mgrpo.training.rounds import observed_d, score, train_model
 from mgrpo.training.run_state import save_state
 from mgrpo.training.scoring import d_counts
@@ -47,6 +49,7 @@ def finish_round(system: System, store, run_id: str, round_index: int, questions
     errors_before = getattr(system.verifier, "errors", 0)
     outcomes = score(system, episodes)
     verifier_errors = getattr(system.verifier, "errors", 0) - errors_before
+    keep_completions(system, round_index, episodes, outcomes)
     ingest_episodes(store, round_id, episodes, outcomes)
     t2 = time.perf_counter()
     store.set_round_status(round_id, "training")
@@ -86,6 +89,24 @@ def finish_round(system: System, store, run_id: str, round_index: int, questions
     store.record_metrics(run_id, round_id, metrics)
     store.set_round_status(round_id, "done")
     return metrics
+
+
+def keep_completions(system: System, round_index: int, episodes: list, outcomes: list
+                     ) -> None:
+    """``log_completions`` of the round's episodes, chosen by the run's seed and the round,
+    as readable records, held in ``system.extras["completions"][round_index]`` until the
+    round is logged (:func:`take_completions`)."""
+    cfg = system.cfg
+    pairs = sample_records(list(zip(episodes, outcomes, strict=True)), cfg.log_completions,
+                           mix_seed(cfg.seed, "completions", round_index))
+    if pairs:
+        system.extras.setdefault("completions", {})[round_index] = [
+            episode_record(ep, outcome) for ep, outcome in pairs]
+
+
+def take_completions(system: System, round_index: int) -> list[dict]:
+    """The records :func:`keep_completions` held for round ``round_index`` (then gone)."""
+    return system.extras.get("completions", {}).pop(round_index, [])
 
 
 def expected_roles(cfg: RunConfig, questions: list) -> set[str]:

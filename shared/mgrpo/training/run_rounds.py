@@ -57,6 +57,11 @@ class RoundPlan:
         """One round: play, store, update every trained model, checkpoint. Its metrics."""
         raise NotImplementedError
 
+    def completions(self, round_index: int) -> list[dict]:
+        """A few of round ``round_index``'s episodes as readable records
+        (``mgrpo.training.episode_text``), once it is played; none by default."""
+        return []
+
     def after_round(self, logger: MetricsLogger, round_index: int, total: int) -> None:
         """After round ``round_index`` of ``total`` is logged (a periodic evaluation)."""
 
@@ -94,7 +99,8 @@ def run_rounds(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | N
             if stop_after is not None and round_index >= stop_after:
                 finished = False
                 break
-            logger.log_round(round_index, plan.play_round(store, stage_index, round_index))
+            metrics = plan.play_round(store, stage_index, round_index)
+            logger.log_round(round_index, metrics, plan.completions(round_index))
             plan.after_round(logger, round_index, len(schedule))
             result.rounds = round_index + 1
     if finished:

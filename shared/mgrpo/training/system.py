@@ -73,17 +73,26 @@ class System:
     def cards(self) -> list:
         """The planner's cards: the sub-agents it calls (all of them unless the hierarchy
         nests)."""
-        return role_cards(delegation_tree(self.cfg.agents, self.cfg.delegation)["planner"])
+        return role_cards(delegation_tree(self.cfg.agents, self.cfg.delegation)["planner"],
+                          self.cfg.descriptions)
 
 
-def role_cards(roles) -> list:
+def role_description(role: str, descriptions: dict[str, str] | None = None) -> str:
+    """What the planner reads about sub-agent ``role``: the run config's ``descriptions``,
+    else the built-in role's own, else the role name."""
+    return (descriptions or {}).get(role) or ROLE_DESCRIPTIONS.get(role, role)
+
+
+def role_cards(roles, descriptions: dict[str, str] | None = None) -> list:
     """The planner header's agent cards for the sub-agent ``roles`` (the planner left out):
-    the built-in roles in the experts' order (SFT saw it), then the others by name. Used by
-    embedded mode and by the planner worker in single-agent mode."""
+    the built-in roles in the experts' order (SFT saw it), then the others by name, each
+    described by :func:`role_description`. Used by embedded mode and by the planner worker
+    in single-agent mode."""
     known = [c.name for c in P.DEFAULT_AGENTS]
     ordered = sorted((r for r in roles if r != "planner"),
                      key=lambda r: (r not in known, known.index(r) if r in known else 0, r))
-    return [P.AgentCard(name=r, description=ROLE_DESCRIPTIONS.get(r, r)) for r in ordered]
+    return [P.AgentCard(name=r, description=role_description(r, descriptions))
+            for r in ordered]
 
 
 def role_tool_name(role: str, role_tools: dict[str, str] | None = None) -> str:
@@ -176,9 +185,9 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
         lm = models[model_name]
         runtimes[role] = AgentRuntime(role=role, model=model_name, engine=lm.engine,
                                       tokenizer=lm.tokenizer, tool=tools.get(role),
-                                      description=ROLE_DESCRIPTIONS.get(role, role),
+                                      description=role_description(role, cfg.descriptions),
                                       turn_format=formats[model_name],
-                                      calls=tuple(role_cards(tree[role]))
+                                      calls=tuple(role_cards(tree[role], cfg.descriptions))
                                       if role != "planner" else ())
     engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
     judge = build_expert_judges(cfg, bench, engines, device=device)

@@ -5,7 +5,8 @@ In embedded mode ``MetricsLogger`` writes ``<out_dir>/tensorboard``. A distribut
 set (and the run config's ``report_to`` keeps ``tensorboard``, its default); then each
 trained round's metrics (what ``train_round`` records: the ``{role}/...`` reward/advantage
 keys and the ``{model}/...`` loss keys) also go to
-``<dir>/<run_id>/<model>/`` at step = round index, so ``tensorboard --logdir <dir>`` shows
+``<dir>/<run_id>/<model>/`` at step = round index (with ``log_completions`` of its
+trajectories, decoded, in the text tab), so ``tensorboard --logdir <dir>`` shows
 every run and model side by side, and trainers of different models never share a file.
 
 What this module does NOT do: read events back (TensorBoard does), or log rollout-side keys
@@ -38,6 +39,21 @@ class TensorBoardSink:
             for key, value in sorted(metrics.items()):
                 if math.isfinite(value):
                     writer.add_scalar(key, value, step)
+            writer.flush()
+
+    def log_completions(self, run_id: str, step: int, records: list[dict]) -> None:
+        """A round's sampled completions (``mgrpo.training.episode_text`` records) to the
+        text tab, tag ``completions``, one preformatted block each."""
+        if not records:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        with self._lock:
+            writer = self._writers.get(run_id)
+            if writer is None:
+                writer = self._writers[run_id] = SummaryWriter(str(self.log_dir(run_id)))
+            writer.add_text("completions", "\n\n".join(
+                "    " + r["text"].replace("\n", "\n    ") for r in records), step)
             writer.flush()
 
     def close(self) -> None:

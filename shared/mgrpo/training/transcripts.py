@@ -27,7 +27,7 @@ from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeJob, EpisodeRunner, mix_seed
 from mgrpo.training.judging import build_verifier
 from mgrpo.training.subagents import LocalSubagentPool
-from mgrpo.training.system import ROLE_DESCRIPTIONS, build_tools, role_cards
+from mgrpo.training.system import build_tools, role_cards, role_description
 from mgrpo.types import Trajectory
 
 
@@ -57,11 +57,12 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
                                    cfg.protocol.template_text())
     runtimes = {role: AgentRuntime(role=role, model="teacher", engine=engine,
                                    tokenizer=tokenizer, tool=tools.get(role),
-                                   description=ROLE_DESCRIPTIONS.get(role, role),
+                                   description=role_description(role, cfg.descriptions),
                                    turn_format=turn_format)
                 for role in cfg.agents}
     subs = {r: rt for r, rt in runtimes.items() if r != "planner"}
-    runner = EpisodeRunner(runtimes["planner"], role_cards(runtimes), cfg.sampling,
+    runner = EpisodeRunner(runtimes["planner"], role_cards(runtimes, cfg.descriptions),
+                           cfg.sampling,
                            dispatch=LocalSubagentPool(subs, cfg.sampling))
     verifier = build_verifier(cfg)
     questions = pick_questions(bench, split, n, None, seed)

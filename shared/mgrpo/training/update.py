@@ -29,6 +29,9 @@ sharded like the policy (an FSDP2 module under FSDP2: :mod:`mgrpo.training.refer
 steps, in order: :func:`_no_grad_passes` (pi_old, the reference), :func:`_train_epochs`: per
 mini-batch :func:`_optimizer_step` over :func:`_micro_batch_loss`, then
 :func:`_rollout_report`.
+A micro-batch whose advantages are all zero runs its forward (pi_old, the metrics) without
+a backward: its policy gradient is exactly zero (not so with a KL in the loss or an entropy
+bonus, which then keep it); with ranks, only a mini-batch all zero on every rank skips.
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
@@ -316,17 +319,33 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
     optimizer.zero_grad(set_to_none=True)
     micros = micro_batches(run.lengths[idx], cfg.micro_batch_size, cfg.micro_batch_tokens)
     mine, passes = parallel.mine(micros), parallel.passes(micros)
+    advantages = run.batch["advantages"]
+    skips = zero_advantage_skips(run.spec.loss_cfg)
+    # with ranks, only a mini-batch that is all zero on every rank skips (collectives match)
+    skip_all = skips and not bool(advantages[idx].any())
+    skips = skips and parallel.world == 1
+    skipped = 0
     for j in range(passes):  # the same number of passes on every rank
         real = j < len(mine)  # else a zero-weighted pass: DDP's and FSDP2's are collective
         sel = idx[mine[j] if real else micros[0]]
         m = mask[sel]
-        with parallel.accumulating(model, last=j == passes - 1):
-            loss, metrics = _micro_batch_loss(model, run, sel, real, fill_old)
-            share = (m.sum() / tokens) if run.spec.loss_cfg.agg == "token-mean" \
-                else len(sel) / seqs
-            share = share if real else share * 0.0
-            (loss * share).backward()
+        share = (m.sum() / tokens) if run.spec.loss_cfg.agg == "token-mean" \
+            else len(sel) / seqs
+        share = share if real else share * 0.0
+        if skip_all or (skips and real and not bool(advantages[sel].any())):
+            # a zero gradient: the forward gives pi_old and the metrics, no backward
+            with torch.no_grad():
+                _, metrics = _micro_batch_loss(model, run, sel, real, fill_old)
+            skipped += 1
+        else:
+            with parallel.accumulating(model, last=j == passes - 1):
+                loss, metrics = _micro_batch_loss(model, run, sel, real, fill_old)
+                (loss * share).backward()
         totals.add_micro(metrics, share, m.sum() if real else 0.0)  # tensors: no host read
+    if skipped == passes:  # the optimizer steps on zero gradients, as after a backward
+        for param in model.parameters():
+            if param.requires_grad and param.grad is None:
+                param.grad = torch.zeros_like(param)
     if fill_old and parallel.world > 1:  # each rank filled the rows it ran; later passes
         old = run.batch["old_logprobs"]  # need all of them
         old[idx] = parallel.sum(old[idx].contiguous())
@@ -336,6 +355,13 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
     totals.add_step(grad_norm.detach())
+
+
+def zero_advantage_skips(loss_cfg: LossConfig) -> bool:
+    """Whether a micro-batch whose advantages are all zero may skip its backward: its policy
+    gradient is exactly zero, so only a KL in the loss or an entropy bonus (gradients that do
+    not scale with the advantage) would make its backward count."""
+    return not loss_cfg.kl_in_loss() and loss_cfg.entropy_coef == 0
 
 
 def _micro_batch_loss(model, run: _Update, sel: torch.Tensor, real: bool, fill_old: bool

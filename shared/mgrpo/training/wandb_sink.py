@@ -13,6 +13,9 @@ them later with ``wandb sync``), ``WANDB_DIR`` (embedded default: the run's out_
 ``WANDB_API_KEY``, ``WANDB_ENTITY``. The ``wandb`` package is not a dependency: ``pip
 install 'mgrpo[wandb]'`` (``make wandb-venv`` here).
 
+Each round also logs a ``completions`` table: embedded, a few episodes as text
+(``MetricsLogger.log_completions``); a trainer, a few of its model's trajectories, decoded.
+
 What it does NOT do: resume a W&B run (a resumed or restarted process starts a new one),
 log rollout-side keys in distributed mode (the trainers never see them), artifacts or traces.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 INSTALL_HINT = ("report_to includes wandb but the wandb package is not installed: pip install "
@@ -73,6 +77,21 @@ class WandbSink:
             return
         with self._lock:
             self._run(run_id).log(values, step=step)
+
+    def log_table(self, run_id: str, step: int, key: str, columns: Sequence[str],
+                  rows: list[list]) -> None:
+        """A table (``wandb.Table``) under ``key`` at ``step``: the round's completions."""
+        if not rows:
+            return
+        with self._lock:
+            table = self._wandb.Table(columns=list(columns), data=rows)
+            self._run(run_id).log({key: table}, step=step)
+
+    def log_completions(self, run_id: str, step: int, records: list[dict]) -> None:
+        """A distributed trainer's sampled completions as a ``completions`` table."""
+        columns = ("round", "query_id", "rollout", "agent", "format_ok", "text")
+        self.log_table(run_id, step, "completions", columns,
+                       [[step, *(r.get(c) for c in columns[1:])] for r in records])
 
     def run_dir(self, run_id: str) -> Path | None:
         """The local folder of ``run_id``'s W&B run (its ``files/`` parent), once opened."""

@@ -55,7 +55,11 @@ class RunWatch:
             if norm is None:
                 continue
             roles = [r for r, m in self.agents.items() if m == model]
-            explained = bool(roles) and all(r in constant_roles for r in roles)
+            # a role without samples this round (no groups: no frac_reward_zero_std) has no
+            # variance either; only a role whose groups had variance makes grad_norm=0 news
+            varied = [r for r in roles if r not in constant_roles
+                      and metrics.get(f"{r}/frac_reward_zero_std") is not None]
+            explained = bool(roles) and not varied
             if self._streak(f"grad:{model}", norm <= ZERO and not explained):
                 out.append(
                     f"warning: model {model}: {model}/grad_norm=0 for {self.patience} rounds: "

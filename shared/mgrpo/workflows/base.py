@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 class EvalRequest:
     """What ``mgrpo eval`` asks of a workflow: ``n`` items of ``split`` (the first ones, the
     same for the same config), greedy or sampled decoding, the run's latest checkpoints or
-    the models' starting paths. ``stage``, ``bench_seed`` and ``subagent`` are the
-    hierarchy's (its benchmark's stages and generator seed, one sub-agent alone); a workflow
-    without them refuses them (:meth:`Workflow.refuse_options`)."""
+    the models' starting paths. ``stage``, ``bench_seed``, ``subagent`` and ``episodes``
+    are the hierarchy's (its benchmark's stages and generator seed, one sub-agent alone, the
+    first ``episodes`` episodes as text); a workflow without them refuses them
+    (:meth:`Workflow.refuse_options`)."""
 
     split: str = "test"
     n: int = 200
@@ -42,6 +43,7 @@ class EvalRequest:
     stage: int | Literal["all"] | None = None
     bench_seed: int | None = None
     subagent: str | None = None
+    episodes: int | None = None
 
 
 class EvalRefused(ValueError):
@@ -103,8 +105,8 @@ class Workflow:
 
     def refuse_options(self, request: EvalRequest, *options: str) -> None:
         """An :class:`EvalRefused` naming the first of ``options`` (``stage``,
-        ``bench_seed``, ``subagent``) that ``request`` sets: this workflow has no use for
-        it."""
+        ``bench_seed``, ``subagent``, ``episodes``) that ``request`` sets: this workflow has
+        no use for it."""
         for option in options:
             if getattr(request, option) is not None:
                 flag = "--" + option.replace("_", "-")

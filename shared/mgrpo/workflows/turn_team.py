@@ -105,7 +105,7 @@ class TurnTeam(Workflow):
     def evaluate(self, cfg, request):
         """The team, one action per role and turn, on the first ``n`` tasks of the world's
         ``split`` (``mgrpo.training.team_round.evaluate_team_run``)."""
-        self.refuse_options(request, "stage", "bench_seed", "subagent")
+        self.refuse_options(request, "stage", "bench_seed", "subagent", "episodes")
         # here, not at the top: an import circle through mgrpo.training.team_round
         from mgrpo.training.team_round import evaluate_team_run
 

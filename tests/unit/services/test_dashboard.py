@@ -116,6 +116,18 @@ def test_trace_decodes_planner_and_subagent_turns(ui_url, embedded_run):
         s["generated"] for s in planner["spans"])
 
 
+def test_completions_show_a_few_episodes_per_round_as_text(ui_url, embedded_run):
+    """The Completions panel reads completions.jsonl (log_completions: 2 per round)."""
+    with httpx.Client(base_url=ui_url, timeout=30) as client:
+        shown = client.get("/v1/runs/dash/completions").json()
+        assert 'id="completions"' in client.get("/ui").text
+        assert client.get("/v1/runs/nobody/completions").status_code == 404
+    assert [c["round"] for c in shown] == [0, 0]
+    for c in shown:
+        assert c["text"].startswith(f"episode {c['query_id']} #{c['rollout']}   reward ")
+        assert "\nquestion: " in c["text"]
+
+
 def test_unknown_ids_are_404_and_bad_ids_422(ui_url):
     with httpx.Client(base_url=ui_url, timeout=30) as client:
         assert client.get("/v1/runs/nope/metrics").status_code == 404
@@ -150,6 +162,8 @@ def test_browser_sees_a_new_point_and_opens_a_trace(embedded_run, ui_url, tmp_pa
         browser.evaluate("document.querySelector('#episodes tbody tr').click()")
         browser.wait_for("document.querySelector('#trace')?.dataset.loaded", what="a trace")
         assert browser.evaluate("document.querySelectorAll('#trace .turn.planner').length") == 1
+        panel = "document.querySelectorAll('#completions pre.gen').length === 4"
+        assert browser.wait_for(panel, what="both rounds' completions") is True
         generated = browser.evaluate("document.querySelectorAll('#trace pre.gen').length")
         assert generated >= 1
         # The metrics of round 1 are written before it is marked done, so a poll between the

@@ -92,7 +92,7 @@ def test_browser_starts_a_round_with_the_token_and_traces_subagents(api_url, tmp
 
 def test_trainers_write_tensorboard_per_run_and_model(api_url):
     """MGRPO_TENSORBOARD_DIR: each trainer's round metrics as events in <dir>/<run>/<model>,
-    equal to what it recorded in the store."""
+    equal to what it recorded in the store, and a few of its trajectories as text."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     url, store, tb = api_url
@@ -111,3 +111,9 @@ def test_trainers_write_tensorboard_per_run_and_model(api_url):
         assert scalar.step == 0
         assert scalar.value == pytest.approx(recorded[key], rel=1e-6)
         assert f"{model}/trajectories" in events.Tags()["scalars"]
+    # log_completions (2) of each trainer's trajectories, decoded, in the text tab
+    events = EventAccumulator(str(tb / "svcdash" / "searcher"), size_guidance={"tensors": 0})
+    events.Reload()
+    (text,) = events.Tensors("completions/text_summary")
+    shown = text.tensor_proto.string_val[0].decode()
+    assert text.step == 0 and shown.count("searcher #") == 2 and ">> " in shown

@@ -161,3 +161,22 @@ def test_subagent_alone_on_gold_subtasks_by_hand(tmp_path, tiny_dir, bench_dir, 
                    "eval/greedy/searcher_alone/format_valid": 2 / 3}
     assert evaluate_subagent(system, "coder", qs, greedy=False) == {
         "eval/sampled/coder_alone/tasks": 0.0}  # look-ups give the coder nothing
+
+
+def test_eval_cli_shows_episodes_as_text(tmp_path, tiny_dir, bench_dir):
+    """`mgrpo eval --episodes N`: the first N episodes as text on stderr (stdout stays the
+    JSON), and with --out as JSON lines beside it."""
+    config = _config(tmp_path, tiny_dir, bench_dir, eval_stage=1)
+    done = CliRunner().invoke(app, [
+        "eval", "--config", config, "--n", "3", "--episodes", "2", "--out",
+        str(tmp_path / "eval.json")])
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout[done.stdout.index("{"):])
+    assert "episodes" not in out and out["questions"] == 3
+    questions = load_benchmark(bench_dir).questions("test", stage=1)[:2]
+    shown = [line for line in done.stderr.splitlines() if line.startswith("episode ")]
+    assert [line.split()[1] for line in shown] == [q.id for q in questions]
+    assert f"question: {questions[0].question}   gold: {questions[0].answer}" in done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "eval.episodes.jsonl").open()]
+    assert [r["query_id"] for r in rows] == [q.id for q in questions]
+    assert all(r["text"] in done.stderr for r in rows)

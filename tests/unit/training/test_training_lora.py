@@ -209,3 +209,29 @@ def test_is_lora_model_never_imports_peft(tiny_dir):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_an_adapter_checkpoint_loads_its_base_from_any_working_folder(tmp_path, tiny_dir,
+                                                                       monkeypatch):
+    """The base loaded by a path relative to the working folder (as a run config's
+    ``models.<m>.path: runs/tiny`` is) is recorded absolute: peft loads the adapter with its
+    base from another working folder."""
+    import shutil
+
+    from peft import AutoPeftModelForCausalLM
+
+    from mgrpo.models.checkpoint import save_checkpoint, version_uri
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    shutil.copytree(tiny_dir, work / "base")
+    elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    model = apply_lora(load_model("base")[0], LoraSpec(**SPEC))
+    save_checkpoint(model, str(tmp_path / "ckpt"), "planner", 1)
+    folder = version_uri(str(tmp_path / "ckpt"), "planner", 1)
+    monkeypatch.chdir(elsewhere)
+    recorded = json.loads((tmp_path / "ckpt" / "planner" / "v000001" /
+                           "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str(work / "base")
+    loaded = AutoPeftModelForCausalLM.from_pretrained(folder)
+    assert sum(p.numel() for n, p in loaded.named_parameters() if "lora_" in n) > 0

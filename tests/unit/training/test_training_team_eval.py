@@ -129,7 +129,8 @@ def test_checkpoints_and_refused_options(tmp_path, tiny_dir):
     save_checkpoint(net, run_dirs(cfg)[0], "a", 3, tokenizer=tokenizer)
     out = _eval("--config", config, "--n", "1", "--checkpoints")
     assert out["weights"] == {"a": "t v3"}  # b never checkpointed: its path's weights
-    for option, value in (("--bench-seed", "2"), ("--subagent", "coder"), ("--stage", "1")):
+    for option, value in (("--bench-seed", "2"), ("--subagent", "coder"), ("--stage", "1"),
+                          ("--episodes", "2")):
         res = runner.invoke(app, ["eval", "--config", config, option, value])
         assert res.exit_code == 1
         line = res.output.splitlines()[0]

@@ -77,3 +77,38 @@ def test_calls_are_expected_only_from_roles_the_questions_need():
     lookup = SimpleNamespace(subtasks=[SimpleNamespace(agent="searcher")])
     assert expected_roles(cfg, [lookup]) == {"searcher"}  # a stage-1 round needs no coder
     assert expected_roles(cfg, [SimpleNamespace(subtasks=[])]) == {"searcher", "coder"}
+
+
+def test_each_warning_fires_on_its_sign_and_not_without_it():
+    """Every RunWatch line on one round that shows its sign, and none on the same round
+    without it (patience 1: each round decides)."""
+    signs = {
+        "every group had the same reward": ({"planner/frac_reward_zero_std": 1.0},
+                                            {"planner/frac_reward_zero_std": 0.5}),
+        "planner/grad_norm=0": ({"planner/frac_reward_zero_std": 0.5, "planner/grad_norm": 0.0},
+                                {"planner/frac_reward_zero_std": 0.5, "planner/grad_norm": 0.1}),
+        "was not called": ({"searcher/calls_per_episode": 0.0},
+                           {"searcher/calls_per_episode": 0.5}),
+    }
+    for phrase, (fires, quiet) in signs.items():
+        said = _watch(patience=1).check(0, fires)
+        assert len(said) == 1 and phrase in said[0], (phrase, said)
+        assert _watch(patience=1).check(0, quiet) == [], phrase
+    watch = _watch(patience=1)
+    assert watch.check(0, {"planner/format_valid": 0.8}) == []
+    assert watch.check(1, {"planner/format_valid": 0.7}) == []  # no collapse: quiet
+    (line,) = watch.check(2, {"planner/format_valid": 0.3})
+    assert "losing the answer format" in line
+
+
+def test_zero_grad_norm_of_a_shared_model_whose_other_role_had_no_samples():
+    """A model shared by two roles: one role's groups all had equal rewards, the other had no
+    samples at all (no groups, so no frac_reward_zero_std). No group had variance, so
+    grad_norm=0 is expected, not a warning; with variance in the first role it is one."""
+    shared = RunWatch({"planner": "m", "searcher": "m"}, ["m"], patience=1)
+    quiet = {"planner/frac_reward_zero_std": 1.0, "m/grad_norm": 0.0}
+    said = shared.check(0, quiet)
+    assert not any("grad_norm" in line for line in said), said
+    loud = RunWatch({"planner": "m", "searcher": "m"}, ["m"], patience=1)
+    (line,) = loud.check(0, {"planner/frac_reward_zero_std": 0.5, "m/grad_norm": 0.0})
+    assert "model m: m/grad_norm=0" in line

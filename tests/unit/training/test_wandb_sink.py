@@ -87,13 +87,22 @@ def tensorboard_series(log_dir: Path) -> dict[str, dict[int, float]]:
             for tag in events.Tags()["scalars"]}
 
 
+TABLES = ("completions",)  # logged as W&B tables (history keys "completions/..."), not scalars
+
+
 def wandb_series(history: list[dict]) -> dict[str, dict[int, float]]:
     series: dict[str, dict[int, float]] = {}
     for row in history:
         for key, value in row.items():
-            if key != "_step":
+            if key != "_step" and key.split("/")[0] not in TABLES:
                 series.setdefault(key, {})[row["_step"]] = value
     return series
+
+
+def table_steps(history: list[dict], key: str = "completions") -> list[int]:
+    """The steps at which the run logged the table ``key``."""
+    return sorted(row["_step"] for row in history
+                  if any(k.split("/")[0] == key for k in row))
 
 
 def assert_same(wandb: dict, tensorboard: dict) -> int:
@@ -135,6 +144,7 @@ def test_offline_runs_hold_what_tensorboard_holds(tmp_path):
     compared = assert_same(embedded, tensorboard_series(tmp_path / "embedded" / "run" /
                                                         "tensorboard"))
     assert compared >= 40
+    assert table_steps(run["history"]) == [0]  # the round's completions (log_completions)
 
     # distributed: one W&B run per (run, model) under WANDB_DIR, = the trainers' TB events
     # and the store's metrics of the round
@@ -148,4 +158,6 @@ def test_offline_runs_hold_what_tensorboard_holds(tmp_path):
         assert_same(series, tensorboard_series(tmp_path / "distributed" / "tb" / "wbsvc" /
                                                model))
         assert series[f"{model}/trajectories"] == {0: recorded[f"{model}/trajectories"]}
+        if recorded[f"{model}/trajectories"]:  # a few of them, decoded, as a table
+            assert table_steps(run["history"]) == [0]
         assert series[f"{model}/pg_loss"][0] == pytest.approx(recorded[f"{model}/pg_loss"])

@@ -1,6 +1,7 @@
-"""``HttpSearch``: Acme's search API as a tool. Its constructor takes the API's URL (from the
-run config's ``tools:`` entry) and checks that the API answers, so a wrong URL fails at start,
-not in the middle of a round."""
+"""Acme's tools: ``HttpSearch``, its search API as a class (its constructor takes the API's
+URL from the run config's ``tools:`` entry and checks that the API answers, so a wrong URL
+fails at start, not in the middle of a round), and ``calc`` and ``convert``, tools as plain
+functions whose schemas come from their signatures and docstrings."""
 
 from __future__ import annotations
 
@@ -26,3 +27,24 @@ class HttpSearch:
         except (OSError, ValueError, KeyError) as error:
             return f"error: search failed ({type(error).__name__})"
         return " ".join(r["text"] for r in results) or "no results"
+
+
+def calc(expression: str) -> str:
+    """Evaluate an arithmetic expression of numbers, + - * / and parentheses.
+
+    Args:
+        expression: The expression, e.g. "2 * (3 + 4)".
+    """
+    if not set(expression) <= set("0123456789.+-*/() "):
+        raise ValueError(f"not arithmetic: {expression!r}")
+    return f"{eval(expression, {'__builtins__': {}}):g}"  # noqa: S307 (digits and operators)
+
+
+def convert(value: float, unit: str = "km") -> dict:
+    """Convert a distance to metres.
+
+    Args:
+        value: How many units.
+        unit: The unit, km or mi.
+    """
+    return {"metres": value * {"km": 1000.0, "mi": 1609.344}[unit]}

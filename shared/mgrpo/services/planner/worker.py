@@ -132,7 +132,7 @@ class PlannerRuntime:
         cfg = cfg or self.cfg
         runtime = with_protocol(self.runtime, cfg.protocol)
         if cfg.algo.inline:
-            return EpisodeRunner(runtime, role_cards(cfg.agents), cfg.sampling,
+            return EpisodeRunner(runtime, role_cards(cfg.agents, cfg.descriptions), cfg.sampling,
                                  inline_tools=self.inline_tools(cfg))
         return EpisodeRunner(runtime, agent_cards(self.store, cfg), cfg.sampling,
                              dispatch=self.dispatch)

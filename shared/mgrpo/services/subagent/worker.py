@@ -52,7 +52,7 @@ from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall, mix_seed, with_protocol
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.subagents import run_subagent_calls
-from mgrpo.training.system import ROLE_DESCRIPTIONS, role_cards
+from mgrpo.training.system import role_cards, role_description
 from mgrpo.workflows.hierarchy import delegation_tree
 
 log = logging.getLogger(__name__)
@@ -78,11 +78,12 @@ class SubagentWorker:
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer,
                                     tool=build_tool(cfg, tool, settings) if tool else None,
-                                    description=description, turn_format=make_turn_format(
+                                    description=description or role_description(
+                                        name, cfg.descriptions), turn_format=make_turn_format(
                                         cfg.protocol.format, tokenizer,
                                         cfg.protocol.tool_call_format,
                                         cfg.protocol.template_text()))
-        self.description = description or _default_description(name)
+        self.description = description or role_description(name, cfg.descriptions)
         self.queues = Queues(settings.queue_prefix)
         self.batch_size, self.heartbeat_s = batch_size, heartbeat_s
         self.calls_done = 0
@@ -174,7 +175,7 @@ class SubagentWorker:
             runtime = with_protocol(self.runtime, run.protocol)
             callees = delegation_tree(run.agents, run.delegation).get(self.name, ())
             if callees:  # a nested hierarchy: this role delegates to its callees
-                runtime = replace(runtime, calls=tuple(role_cards(callees)))
+                runtime = replace(runtime, calls=tuple(role_cards(callees, run.descriptions)))
             done = run_subagent_calls(runtime, [library_calls[i] for i in picked],
                                       self._sampling(round_id),
                                       dispatch=self.dispatch() if callees else None)
@@ -243,10 +244,6 @@ class SubagentWorker:
         run_seed = self._round_spec(call.round_id).run.seed
         episode_seed = mix_seed(run_seed, call.round_id, call.query_id, call.rollout)
         return mix_seed(episode_seed, call.agent, call.invocation)
-
-
-def _default_description(name: str) -> str:
-    return ROLE_DESCRIPTIONS.get(name, name)
 
 
 def start_heartbeat(store, name: str, stop: threading.Event, every_s: float) -> None:

@@ -38,6 +38,8 @@ from mgrpo.services.context import round_spec
 from mgrpo.services.trainer.weights import RunWeights, TrainedModel
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
+from mgrpo.training.episode_text import sample_records, trajectory_record
+from mgrpo.training.episodes import mix_seed
 from mgrpo.training.judging import build_expert_judges, refresh_judge_weights
 from mgrpo.training.loop import publish_stats
 from mgrpo.training.round_spec import RoundSpec
@@ -122,8 +124,10 @@ class RoundTraining:
         store.record_metrics(record.run_id, round_id, recorded)
         for warning in self.watch(record.run_id).check(record.index, recorded):
             log.warning(warning)
+        completions = self.completions(cfg, trajs, record.index) if self.sinks else []
         for sink in self.sinks:
             sink.log(record.run_id, record.index, recorded)
+            sink.log_completions(record.run_id, record.index, completions)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
             store.publish_group_stats(round_id, lm.name, self.roles[0],
@@ -142,6 +146,13 @@ class RoundTraining:
                  " ".join(f"{name} {t - marks[i][1]:.3f}"
                           for i, (name, t) in enumerate(marks[1:])))
         return metrics
+
+    def completions(self, cfg: RunConfig, trajs: list, round_index: int) -> list[dict]:
+        """``log_completions`` of the round's trajectories of this model, chosen by the
+        run's seed and the round, decoded (``mgrpo.training.episode_text``)."""
+        picked = sample_records(trajs, cfg.log_completions,
+                                mix_seed(cfg.seed, "completions", self.lm.name, round_index))
+        return [trajectory_record(t, self.lm.tokenizer) for t in picked]
 
     def watch(self, run_id: str) -> RunWatch:
         """The run's :class:`~mgrpo.training.watch.RunWatch` over this trainer's roles (zero

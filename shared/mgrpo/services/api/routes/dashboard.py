@@ -86,6 +86,16 @@ def run_checkpoints(run_id: Annotated[RunId, Path()], state: State) -> list[dict
     return data.checkpoints(state.store, run_id, state.run_dir)
 
 
+@router.get("/v1/runs/{run_id}/completions", responses=errors(404),
+            summary="A few episodes per round as people read them (embedded runs: "
+                    "completions.jsonl), the last ones")
+def run_completions(run_id: Annotated[RunId, Path()], state: State,
+                    limit: Annotated[int, Query(ge=1, le=500)] = data.COMPLETIONS_SHOWN
+                    ) -> list[dict[str, Any]]:
+    _run(state, run_id)
+    return data.completions(state.run_dir, limit)
+
+
 def _round(state, round_id: str):
     record = state.store.get_round(round_id)
     if record is None:
