@@ -114,6 +114,7 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     out_dir is refused unless --resume (continue it) or --overwrite (replace it). One log
     line per round on stderr; a progress bar as well on a terminal."""
     # on use: keeps torch, sqlalchemy out of the CLI's start
+    from mgrpo.progress import log_line
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import pin
@@ -126,6 +127,8 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     cfg = load_run_config(config, _parse_overrides(set_))
     cfg = _with_rounds(cfg, _rounds_for_steps(cfg, steps) if steps is not None else rounds)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
+    for warning in cfg.precision_warnings():
+        log_line(f"warning: {warning}", warning=True)
     prepare_out_dir(Path(cfg.out_dir), resume, overwrite)
     result = run_training(cfg, resume=resume, log_every=log_every)
     plot_run(cfg.out_dir)

@@ -63,9 +63,12 @@ class LossConfig(StrictModel):
     entropy_coef: float = Field(
         0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coef * agg(H) over "
         "the trained tokens (verl entropy_coeff). 0 = off (entropy is still reported).")
-    rollout_is: Literal["none", "token", "sequence"] = Field(
-        "none", description="Truncated importance sampling pi_old / pi_rollout on the policy "
-        "loss (verl's rollout correction): per token, per sequence, or off.")
+    rollout_is: Literal["auto", "none", "token", "sequence"] = Field(
+        "auto", description="Truncated importance sampling pi_old / pi_rollout on the policy "
+        "loss (verl's rollout correction): per token, per sequence, or off. auto: token when "
+        "the sampler's logprobs differ from the trainer's by construction (a trained model "
+        "with dtype: bfloat16, whose sampler runs float32 weights; or max_staleness > 0), "
+        "else none (TRL turns its correction on by default the same way).")
     rollout_is_threshold: float = Field(2.0, ge=1.0, description="Cap C of the IS weights.")
     scale: Literal["std", "none"] = Field(
         "std", description="std: GRPO advantage (r-mu)/(sigma+eps). none: Dr. GRPO, r-mu.")
