@@ -37,7 +37,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: real-model setup venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
+.PHONY: real-model demo-real setup venv tools browser-deps screenshots vllm-venv trl-venv wandb-venv sandbox-deps test test-fast test-unit test-integration lint demo demo-full bench clean
 
 venv: $(STAMP)
 
@@ -157,6 +157,12 @@ lint: venv
 
 demo: venv
 	$(BIN)/mgrpo demo
+
+# The M-GRPO recipe on SmolLM2-135M-Instruct (planner + searcher, chat template, native tool
+# calls): zero-shot, warm start, RL per seed, a seed-level interval (scripts/demo_real.py;
+# docs/models.md "A real model"). Resumes where a previous run stopped.
+demo-real: real-model
+	$(BIN)/python scripts/demo_real.py --model $(REAL_MODEL) --out runs/real
 
 # Stage 2 (coder, multi-hop) after stage 1: longer than `make demo` (docs/results.md).
 demo-full: venv

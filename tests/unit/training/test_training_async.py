@@ -141,8 +141,10 @@ def test_per_model_override_and_refusals(tmp_path, tiny_dir, bench_dir):
     base["models"]["coder"]["max_staleness"] = 0
     cfg = RunConfig.model_validate({**base, "max_staleness": 2})
     assert [cfg.staleness(m) for m in ("planner", "searcher", "coder")] == [2, 2, 0]
+    auto = RunConfig.model_validate({**base, "max_staleness": 1, "loss": {}})
+    assert auto.loss.rollout_is == "token"  # auto: stale samples are corrected
     with pytest.raises(ValueError, match="needs loss.rollout_is"):
-        RunConfig.model_validate({**base, "max_staleness": 1, "loss": {}})
+        RunConfig.model_validate({**base, "max_staleness": 1, "loss": {"rollout_is": "none"}})
     with pytest.raises(ValueError, match="AT-GRPO"):
         RunConfig.model_validate({**base, "max_staleness": 1, "algorithm": "at_grpo"})
     with pytest.raises(ValueError, match="max_staleness"):
