@@ -76,6 +76,11 @@ class LossConfig(StrictModel):
         False, description="DAPO: drop groups whose rewards are all equal (no signal).")
     eps: float = 1e-6
 
+    def is_level(self) -> str:
+        """The correction's level as the loss applies it: ``auto`` is resolved by the run
+        config (:meth:`RunConfig._check`); a loss config alone treats it as ``none``."""
+        return "none" if self.rollout_is == "auto" else self.rollout_is
+
     def kl_in_loss(self) -> bool:
         """Whether the policy loss carries a KL term (on, and not moved into the reward)."""
         return self.kl_coef > 0 and not self.kl_in_reward

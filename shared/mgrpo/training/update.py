@@ -402,7 +402,7 @@ def _rollout_is(run: _Update, old: torch.Tensor, sel: torch.Tensor) -> torch.Ten
         return None
     loss_cfg = run.spec.loss_cfg
     return rollout_is_weights(old, run.rollout[sel], run.batch["response_mask"][sel],
-                              loss_cfg.rollout_is, loss_cfg.rollout_is_threshold)
+                              loss_cfg.is_level(), loss_cfg.rollout_is_threshold)
 
 
 def _rollout_report(samples: list[Sample], run: _Update) -> dict[str, float]:
@@ -414,7 +414,7 @@ def _rollout_report(samples: list[Sample], run: _Update) -> dict[str, float]:
     loss_cfg = run.spec.loss_cfg
     old, mask = run.batch["old_logprobs"], run.batch["response_mask"]
     out = _rollout_metrics(samples, old.cpu(), run.rollout.cpu(), mask.cpu())
-    is_w = rollout_is_weights(old, run.rollout, mask, loss_cfg.rollout_is,
+    is_w = rollout_is_weights(old, run.rollout, mask, loss_cfg.is_level(),
                               loss_cfg.rollout_is_threshold)
     if is_w is not None:
         out.update(is_weight_metrics(is_w, mask, loss_cfg.rollout_is_threshold))

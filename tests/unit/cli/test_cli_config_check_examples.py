@@ -17,7 +17,8 @@ from mgrpo.training.config_files import check_file
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # What README "Beyond the demo" and the examples' first lines build under runs/.
 BUILT = ("bench", "tiny", "tiny_worlds", "models/qwen", "ckpt/planner/v000000",
-         "ckpt/searcher/v000000", "ckpt/coder/v000000")
+         "ckpt/searcher/v000000", "ckpt/coder/v000000", "real/ckpt/planner/v000000",
+         "real/ckpt/searcher/v000000")
 
 
 def _examples_beside_runs(tmp_path: Path) -> list[Path]:

@@ -75,7 +75,8 @@ def test_demo_run_set_from_a_yaml_file_and_the_command_line_merge(tmp_path):
 
 
 @pytest.mark.parametrize("run_set, match", [
-    ({"max_staleness": 1}, "needs loss.rollout_is"),       # async without the correction
+    ({"max_staleness": 1, "loss.rollout_is": "none"},      # async without the correction
+     "needs loss.rollout_is"),
     ({"max_stalenes": 1}, "max_staleness"),                # misspelt: names the nearest key
     ({"loss.rollout_is": "tokens"}, "rollout_is"),
 ])

@@ -14,7 +14,7 @@ from mgrpo.training.config_files import load_run_config
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXPECTED = {"embedded.yaml": "mgrpo", "distributed.yaml": "mgrpo", "at_grpo.yaml": "at_grpo",
             "single_agent.yaml": "grpo", "bring_your_own_model.yaml": "mgrpo",
-            "turn_team.yaml": "at_grpo"}
+            "turn_team.yaml": "at_grpo", "real_smollm2.yaml": "mgrpo"}
 # Demo recipes (DemoConfig, `mgrpo demo --config`), checked in test_training_demo_config.py.
 DEMO_CONFIGS = {"demo_full.yaml", "ablate_stage1_462.yaml", "ablate_stage2.yaml"}
 # Turn-team ablations (`mgrpo ablate --config`), checked in test_training_team_ablate.py.
@@ -38,7 +38,10 @@ def test_example_loads_and_validates(name):
         assert all(m.path == str(runs / "tiny") for m in cfg.models.values())
         return
     assert cfg.bench_dir == str(runs / "bench")
-    if name != "bring_your_own_model.yaml":  # the rest use the README's checkpoints
+    if name == "real_smollm2.yaml":  # make demo-real's warm starts
+        assert all(Path(m.path).is_relative_to(runs / "real" / "ckpt")
+                   for m in cfg.models.values())
+    elif name != "bring_your_own_model.yaml":  # the rest use the README's checkpoints
         assert all(Path(m.path).is_relative_to(runs / "ckpt") for m in cfg.models.values())
 
 
