@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from kombu import Connection, Producer, Queue
 
 from mgrpo.bus.confirmed_batch import ConfirmedBatches, Outgoing
-from mgrpo.bus.consumer import ConsumerState, serve_queue
+from mgrpo.bus.consumer import ConsumerState, CrashCounter, serve_queue
 from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, WeightsAnnouncement
@@ -165,11 +165,16 @@ class KombuBus:
               on_disconnect: Callable[[], None] | None = None,
               stop: threading.Event | None = None,
               heartbeat_s: float | None = None,
-              deadline_s: float | None = None) -> threading.Thread:
+              deadline_s: float | None = None,
+              crashes: CrashCounter | None = None,
+              holding: Callable[[], list] | None = None) -> threading.Thread:
         """Run a reconnecting consumer of ``queue`` on its own thread (``mgrpo.bus.consumer``);
         returns once it consumes. ``stop`` (default: this bus closing) ends it.
         ``heartbeat_s``: its connection's AMQP heartbeat (default ``consumer.HEARTBEAT_S``).
-        ``deadline_s``: its handler deadline (``consumer.HandlerDeadline``; None: none)."""
+        ``deadline_s``: its handler deadline (``consumer.HandlerDeadline``; None: none).
+        A message that crashed the handler ``consumer.HANDLER_CRASH_LIMIT`` times goes to the
+        dead-letter queue with the reason (``crashes``: the count, shared with the caller;
+        ``holding``: the messages a crash counts against, ``consumer.serve_queue``)."""
         ready = threading.Event()
         state = ConsumerState(consumer, queue.name)
         stop_event = _Either(stop, self._stop) if stop is not None else self._stop
@@ -179,7 +184,9 @@ class KombuBus:
             kwargs=dict(prefetch=prefetch, state=state, on_message=on_message,
                         stop=stop_event, ready=ready, timeout_s=timeout_s,
                         after_drain=after_drain, on_disconnect=on_disconnect,
-                        deadline_s=deadline_s,
+                        deadline_s=deadline_s, crashes=crashes, holding=holding,
+                        dead_letter=lambda message, reason: self.dead_letter(
+                            queue.name, message.body, reason),
                         **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s})))
         state.thread = thread
         self.consumers.append(state)

@@ -25,7 +25,11 @@ through the bus's rules:
   claims are inside the same handling (a database outage there is transient too);
 - the batch handler fails for any other reason -> each message of the batch is run ALONE,
   so only the message(s) that fail by themselves go to the dead-letter queue (one wrong-kind
-  message never takes its batch with it).
+  message never takes its batch with it);
+- the batch handler crashes the consumer loop (an exception that escapes the sorting above)
+  -> the batch is redelivered and each message that was in it runs ALONE from then on; one that
+  crashes its handler ``HANDLER_CRASH_LIMIT`` times goes to the dead-letter queue
+  (``mgrpo.bus.consumer.CrashCounter``).
 
 On any other bus (embedded :class:`~mgrpo.bus.InMemoryBus`) batches have size 1.
 
@@ -40,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from mgrpo.bus import errors
+from mgrpo.bus.consumer import CrashCounter, delivery_key
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
 
@@ -76,7 +81,17 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
         bus.consume(queue, one, consumer=consumer)
         return None
     pending: list[tuple[object, Message | MessageDecodeError]] = []
+    running: list = []  # the kombu messages of the batch being handled (a crash counts them)
     groups = _Groups()
+    crashes = CrashCounter()
+
+    def suspect(item) -> bool:  # was in a batch that crashed: runs alone
+        return crashes.count(delivery_key(item[0].body)) > 0
+
+    def run(batch: list) -> None:
+        running[:] = [message for message, _ in batch]
+        _run_batch(bus, queue, batch, handler, consumer, claims)
+        running.clear()
 
     def on_message(message) -> None:
         try:
@@ -88,15 +103,25 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
 
     def after_drain(timed_out: bool) -> None:
         if len(pending) >= batch_size or (pending and (
-                timed_out or groups.whole(pending) or _holds_command(pending))):
+                timed_out or groups.whole(pending) or _holds_command(pending)
+                or any(map(suspect, pending)))):
             batch, pending[:] = list(pending), []
             groups.forget(batch)
-            _run_batch(bus, queue, batch, handler, consumer, claims)
+            alone = [item for item in batch if suspect(item)]
+            if len(alone) < len(batch):
+                run([item for item in batch if not suspect(item)])
+            for item in alone:
+                run([item])
+
+    def disconnected() -> None:
+        pending.clear()
+        running.clear()
 
     return bus.serve(bus.work_queue(queue), consumer, on_message, prefetch=batch_size,
                      timeout_s=lambda: linger_s if pending else 0.5,
-                     after_drain=after_drain, on_disconnect=pending.clear, stop=stop,
-                     heartbeat_s=heartbeat_s, deadline_s=deadline_s)
+                     after_drain=after_drain, on_disconnect=disconnected, stop=stop,
+                     heartbeat_s=heartbeat_s, deadline_s=deadline_s, crashes=crashes,
+                     holding=lambda: list(running))
 
 
 def _holds_command(pending: list) -> bool:
