@@ -47,7 +47,11 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import amqp.exceptions
+import kombu.exceptions
 from kombu import Connection, Consumer, Queue
+
+from mgrpo.bus.errors import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +69,6 @@ FLAP_WINDOW_S = 60.0
 def is_lost_connection(error: BaseException) -> bool:
     """True for a failure of the broker connection (socket, AMQP, kombu), or any other
     infrastructure failure (``mgrpo.bus.errors``): reconnect. False: a handler crashed."""
-    import amqp.exceptions
-    import kombu.exceptions
-
-    from mgrpo.bus.errors import is_transient
-
     return isinstance(error, OSError | amqp.exceptions.AMQPError | kombu.exceptions.KombuError
                       ) or is_transient(error)
 
