@@ -136,9 +136,15 @@ class TurnCompletion(BaseModel):
     finish_reason: Literal["stop", "length"]
 
 
+# A delegation's subtask is written by an agent within a turn's max_new_tokens; the bound
+# (twice the longest REST question, 4,000) keeps one hostile call from sizing a sub-agent's
+# prompt, and so its trainer's update.
+MAX_SUBTASK_CHARS = 8000
+
+
 class SubAgentCall(_Grouped):
     """A delegation to a sub-agent (by the planner, or by a sub-agent that delegates); the
-    answer goes to ``reply_to``."""
+    answer goes to ``reply_to``. ``subtask`` holds at most :data:`MAX_SUBTASK_CHARS`."""
 
     kind: Literal["subagent_call"] = "subagent_call"
     call_id: str  # the sub-agent trajectory's traj_id (round/query/rollout/agent/invocation)
@@ -148,7 +154,7 @@ class SubAgentCall(_Grouped):
     attempt: int = Field(0, ge=0)
     agent: str
     invocation: int = Field(0, ge=0)
-    subtask: str
+    subtask: str = Field(max_length=MAX_SUBTASK_CHARS)
     reply_to: str
     weights_version: int = Field(0, ge=0)
     tree: TreeBranching | None = None  # AT-GRPO rounds: K continuations at each turn

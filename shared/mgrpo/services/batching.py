@@ -16,7 +16,8 @@ through the bus's rules:
 - a key already claimed -> acked and skipped; keys are claimed after the handler returns,
   the whole batch's in one statement (and checked in one query); the same key twice in one
   batch is handled once. ``claims=False`` skips both for a handler that is idempotent by
-  itself (trainer ingestion: ``INSERT ... ON CONFLICT DO NOTHING``);
+  itself (trainer ingestion: ``INSERT ... ON CONFLICT DO NOTHING``), and hands it every
+  message of a key whose content differs (the handler tells a conflict from a re-send);
 - the handler returns refusals ``{position: reason}`` -> those messages go to the dead-letter
   queue with the reason, the rest of the batch is handled and acked as usual;
 - the batch handler fails for a transient reason (``mgrpo.bus.errors``: the database
@@ -162,20 +163,26 @@ def _run_batch(bus, queue_name: str, raw: list, handler: BatchHandler, consumer:
                claims: bool = True) -> None:
     dedupe = bus._dedupe if claims else None  # the store: the claims process_payload uses
     todo: list[tuple[object, Message, str]] = []
-    keys: set[str] = set()
+    keys: dict[str, Message] = {}
     for message, decoded in raw:
         if isinstance(decoded, MessageDecodeError):
             bus.dead_letter(queue_name, message.body, f"undecodable message: {decoded.reason}")
             message.ack()
             continue
         key = f"{consumer}|{decoded.idempotency_key}"
-        if key in keys:  # the same message twice in one batch: handled once
-            message.ack()
+        if key in keys and (claims or _same(keys[key], decoded)):
+            message.ack()  # the same message twice in one batch: handled once
             continue
-        keys.add(key)
+        keys.setdefault(key, decoded)
         todo.append((message, decoded, key))
     if todo:
         _handle(bus, queue_name, todo, handler, consumer, dedupe)
+
+
+def _same(first: Message, second: Message) -> bool:
+    """Two sends of one message (a re-send has a new ``message_id``, nothing else new)."""
+    return first.model_copy(update={"message_id": ""}) == \
+        second.model_copy(update={"message_id": ""})
 
 
 def _seen(dedupe, keys: list[str]) -> set[str]:

@@ -111,3 +111,14 @@ def test_any_exception_while_decoding_is_a_decode_error(monkeypatch):
     monkeypatch.setattr(messages, "_decode", explode)
     with pytest.raises(MessageDecodeError, match="RecursionError"):
         decode_message(b'{"kind": "trajectory"}')
+
+
+def test_a_subagent_call_with_an_overlong_subtask_is_refused():
+    wire = {"kind": "subagent_call", "call_id": "r/q/0/coder/0", "agent": "coder",
+            "reply_to": "planner.replies.w", "subtask": "x" * 26_000}
+    with pytest.raises(MessageDecodeError, match="subtask: String should have at most"):
+        decode_message(json.dumps(wire))
+    from mgrpo.bus.messages import MAX_SUBTASK_CHARS
+
+    wire["subtask"] = "x" * MAX_SUBTASK_CHARS
+    assert decode_message(json.dumps(wire)).subtask == wire["subtask"]

@@ -116,7 +116,8 @@ class TrainerService:
         self.frozen = not cfg.models[model].trainable
         self.queues = Queues(settings.queue_prefix)
         self._wake = threading.Event()
-        self.ingest = TrajectoryIngest(store, model, ingested=self._wake.set)
+        self.ingest = TrajectoryIngest(store, model, ingested=self._wake.set,
+                                       max_tokens=cfg.models[model].max_trajectory_tokens)
         self._stop = threading.Event()
         self.lm: TrainedModel | None = None
         self.weights: RunWeights | None = None  # built by load()
@@ -143,6 +144,7 @@ class TrainerService:
             optimizer = make_optimizer(model, mcfg)
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
+        self.ingest.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.weights = RunWeights(self.settings, self.cfg, self.store, self.lm)
         self.rounds = RoundTraining(
             self.settings, self.cfg, self.store, self.bus, self.lm, self.roles, self.frozen,
