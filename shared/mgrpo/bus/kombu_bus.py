@@ -85,14 +85,15 @@ class KombuBus:
         self.publish_raw(queue, to_wire(message), message_id=message.message_id)
 
     def publish_raw(self, queue: str, body: str | bytes, *, message_id: str | None = None,
-                    content_type: str = "application/json") -> None:
+                    content_type: str = "application/json",
+                    headers: dict | None = None) -> None:
         """Publish a body as is to a work queue (declared first); persistent delivery."""
         with self._publish_lock:
             self._producer.publish(
                 body, exchange=WORK_EXCHANGE, routing_key=queue, delivery_mode=2,
                 content_type=content_type, content_encoding="utf-8",
                 message_id=message_id or uuid.uuid4().hex, declare=[self.work_queue(queue)],
-                retry=True, retry_policy=self._retry)
+                headers=headers or None, retry=True, retry_policy=self._retry)
             self._publish_down = None
 
     def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None:
@@ -225,8 +226,10 @@ class KombuBus:
     def replay_dead_letters(self, limit: int = 1000,
                             source: str | None = None) -> list[DeadLetter]:
         """Publish dead letters back to the queue they came from (only those from ``source``
-        when given), as they are; returns the replayed ones. The others stay dead-lettered.
-        A replayed message was never claimed, so its handler runs; one that is still bad
+        when given), as they are: the same body, content type and headers (a Celery task's
+        name and id are there) less the dead-lettering ones; returns the replayed ones. The
+        others stay dead-lettered. A replayed message was never claimed, so its handler runs;
+        one that is still bad
         comes back here with a fresh reason."""
         return self.replay_report(limit, source)[0]
 
@@ -238,7 +241,9 @@ class KombuBus:
         def replay(letter: DeadLetter) -> str:
             if not letter.queue or (source is not None and letter.queue != source):
                 return "keep"
-            self.publish_raw(letter.queue, letter.body)
+            self.publish_raw(letter.queue, letter.raw if letter.raw is not None
+                             else letter.body, content_type=letter.content_type,
+                             headers=letter.headers)
             return "take"
 
         taken, seen, count = self._dead_letter_pass(limit, replay)
@@ -334,7 +339,12 @@ def _letter(message) -> DeadLetter:
     source = headers.get(SOURCE_QUEUE_HEADER) or deaths[0].get("queue", "")
     body = message.body.decode("utf-8", "replace") if isinstance(message.body, bytes) \
         else message.body
-    return DeadLetter(source, body, reason)
+    kept = {key: value for key, value in headers.items()
+            if key not in (REASON_HEADER, SOURCE_QUEUE_HEADER)
+            and not key.startswith(("x-death", "x-first-death", "x-last-death"))}
+    raw = message.body if isinstance(message.body, bytes) else None
+    return DeadLetter(source, body, reason, headers=kept,
+                      content_type=message.content_type or "application/json", raw=raw)
 
 
 def _x_death_reason(headers: dict) -> str:

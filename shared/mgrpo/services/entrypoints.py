@@ -25,12 +25,11 @@ logic (the modules named above).
 from __future__ import annotations
 
 import logging
-import socket
 
 import uvicorn
 from prometheus_client import CollectorRegistry, Gauge
 
-from mgrpo.bus.app import control_app
+from mgrpo.bus.app import control_app, worker_name
 from mgrpo.config import Settings
 from mgrpo.parallel.ranks import Ranks, world_size
 from mgrpo.services.api.app import create_app
@@ -156,7 +155,7 @@ def serve_control(settings: Settings) -> None:
     app = control_app(settings)
     register_control_tasks(app, ctx)
     worker = app.Worker(pool="solo", concurrency=1, queues=[app.conf.mgrpo_control_queue],
-                        hostname=f"control@{socket.gethostname()}",
+                        hostname=worker_name("control"),
                         loglevel=settings.log_level.upper(), without_mingle=True,
                         without_gossip=True, optimization="fair")
     registry = CollectorRegistry()

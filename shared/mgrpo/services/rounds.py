@@ -69,6 +69,29 @@ def round_id_of(run_id: str, index: int) -> str:
     return f"{run_id}-r{index:04d}"
 
 
+class RoundTooBig(RoundRefused):
+    """``queries_per_round`` larger than a training pool the run plays (never clamped)."""
+
+
+def check_round_size(cfg: RunConfig, bench) -> None:
+    """:class:`RoundTooBig` unless every stage the run plays holds ``cfg.queries_per_round``
+    training questions (``bench``: the benchmark; None for a turn team: its world's tasks).
+    ``POST /v1/rounds`` and the control task both check this before a round is created."""
+    if bench is None:
+        if cfg.queries_per_round > cfg.workflow.train_tasks:
+            raise RoundTooBig(f"queries_per_round={cfg.queries_per_round} is larger than the "
+                              f"world's training tasks (workflow.train_tasks: "
+                              f"{cfg.workflow.train_tasks})")
+        return
+    for number, stage in played_stages(cfg):
+        pool = len(bench.questions("train", stage=stage))
+        if cfg.queries_per_round > pool:
+            raise RoundTooBig(f"queries_per_round={cfg.queries_per_round} is larger than the "
+                              f"training pool of curriculum stage {number} ({pool} questions "
+                              f"in {cfg.bench_dir!r}, split train, benchmark stage {stage}); "
+                              f"ask for at most {pool}")
+
+
 def played_stages(cfg: RunConfig) -> list[tuple[int, int | None]]:
     """(1-based stage number, benchmark stage) of every curriculum stage a run can play: each
     with rounds > 0, and the last (distributed runs go on in it past the schedule). Each
