@@ -243,6 +243,13 @@ class RoundsMixin(StoreBase):
         with self._tx() as session:
             return self._written(session, stmt) == 1
 
+    def rollout_keys(self, round_id: str, query_ids: Iterable[str]) -> set[tuple[str, int]]:
+        """The (query_id, rollout) pairs of ``round_id`` among ``query_ids`` (one query)."""
+        stmt = select(Rollout.query_id, Rollout.rollout).where(
+            Rollout.round_id == round_id, Rollout.query_id.in_(sorted(set(query_ids))))
+        with self._tx() as session:
+            return {(query_id, rollout) for query_id, rollout in session.execute(stmt)}
+
     def rollouts(self, round_id: str) -> list[RolloutRecord]:
         stmt = (select(Rollout).where(Rollout.round_id == round_id)
                 .order_by(Rollout.query_id, Rollout.rollout))
