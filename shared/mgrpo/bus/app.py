@@ -3,7 +3,8 @@
 Settings (SPEC 2.3): JSON only (``accept_content=["json"]``: a pickle is refused and, with
 the queue's ``x-dead-letter-exchange``, dead-lettered by the broker), late acks, prefetch 1,
 reject on worker loss, persistent messages, the declared durable queues only (no queue is
-auto-created with different arguments). Task names are the constants of
+auto-created with different arguments), an undecodable body dead-lettered with the reason
+(``mgrpo.bus.celery_consumer``). Task names are the constants of
 ``mgrpo.bus.names``; every task takes ONE argument: the message's JSON dict.
 
 Services register their bodies with :func:`register_task`, which wraps a handler in
@@ -18,6 +19,8 @@ What this module does NOT do: hold task logic (services do) or start workers.
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from collections.abc import Iterable
 
@@ -89,9 +92,18 @@ def make_celery_app(settings: Settings, queues: Iterable[str] = (), *,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
+        # an undecodable body is dead-lettered with the reason, not acked and discarded
+        worker_consumer="mgrpo.bus.celery_consumer:DeadLetteringConsumer",
     )
     app.conf.mgrpo_dead_letter_queue = dead_letter_queue_name
     return app
+
+
+def worker_name(role: str) -> str:
+    """A Celery node name no other process uses, ``<role>-<pid>-<random>@<host>``: two
+    workers of one role on one host (two control workers, replicas in one pod) never share
+    a name (a shared one clashes on the broker's per-node queues)."""
+    return f"{role}-{os.getpid()}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
 
 
 def control_queue(settings: Settings) -> str:

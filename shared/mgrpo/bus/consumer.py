@@ -11,7 +11,17 @@ auto-delete reply queue that died with the old connection comes back. Messages t
 unacked on the dead connection are redelivered by the broker; their idempotency keys make the
 redelivery an ack-only duplicate when the handler had finished (``mgrpo.bus.handler``).
 
-:class:`ConsumerState` is what health checks read: consuming or not, since when, and why not.
+:class:`ConsumerState` is what health checks read: consuming or not, since when, and why not;
+a consumer that keeps reconnecting (:data:`FLAP_LIMIT` times within :data:`FLAP_WINDOW_S`) is
+a liveness problem even in the moments it consumes: it makes no progress.
+
+A handler crash is not a lost connection. An exception out of ``on_message`` or
+``after_drain`` that is no connection failure (:func:`is_lost_connection`) counts a crash for
+every message in hand and unacked (:class:`CrashCounter`, keyed by the body's digest), then the
+consumer reconnects so the broker redelivers them. A message delivered again after
+:data:`HANDLER_CRASH_LIMIT` crashes goes to the dead-letter queue with the last error instead of
+to the handler: one poison message never loops forever. The count is per process: a message
+that kills the whole process is bounded by the orchestrator's restart back-off, not here.
 
 A handler deadline (``deadline_s``, the workers' ``MGRPO_HANDLER_DEADLINE_S``): when one pass
 of the consume loop (a drain and the batch handler after it) runs longer, the handler is taken
@@ -28,14 +38,20 @@ What this module does NOT do: decide what happens to a message (``on_message`` d
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import amqp.exceptions
+import kombu.exceptions
 from kombu import Connection, Consumer, Queue
+
+from mgrpo.bus.errors import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +61,61 @@ RECONNECT_MAX_DELAY_S = 2.0
 # are sent between drains only, so a handler that runs longer than that loses the connection and
 # its messages are redelivered (an ack-only duplicate once claimed): keep it well above a batch.
 HEARTBEAT_S = 120
+HANDLER_CRASH_LIMIT = 3  # crashes of its handler after which a message is dead-lettered
+FLAP_LIMIT = 10  # reconnects within FLAP_WINDOW_S: the consumer makes no progress
+FLAP_WINDOW_S = 60.0
+
+
+def is_lost_connection(error: BaseException) -> bool:
+    """True for a failure of the broker connection (socket, AMQP, kombu), or any other
+    infrastructure failure (``mgrpo.bus.errors``): reconnect. False: a handler crashed."""
+    return isinstance(error, OSError | amqp.exceptions.AMQPError | kombu.exceptions.KombuError
+                      ) or is_transient(error)
+
+
+def delivery_key(body: bytes | str) -> str:
+    """What identifies a delivery across redeliveries: the digest of its body."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+class CrashCounter:
+    """How many times each message (:func:`delivery_key`) was in hand when its handler
+    crashed, and the last error; remembers the newest :attr:`LIMIT` messages."""
+
+    LIMIT = 10_000
+
+    def __init__(self, limit: int = HANDLER_CRASH_LIMIT) -> None:
+        self.limit = limit
+        self._counts: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def crashed(self, keys, error: BaseException) -> None:
+        why = f"{type(error).__name__}: {error}"[:1000]
+        with self._lock:
+            for key in keys:
+                count = self._counts.pop(key, (0, ""))[0] + 1
+                self._counts[key] = (count, why)
+            while len(self._counts) > self.LIMIT:
+                self._counts.popitem(last=False)
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            return self._counts.get(key, (0, ""))[0]
+
+    def verdict(self, key: str) -> str | None:
+        """The dead-letter reason of a message that crashed its handler too often (None:
+        handle it)."""
+        with self._lock:
+            count, why = self._counts.get(key, (0, ""))
+        if count < self.limit:
+            return None
+        return (f"poison message: its handler crashed {count} times while holding it "
+                f"(HANDLER_CRASH_LIMIT {self.limit}); last error: {why}")
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._counts.pop(key, None)
 
 
 @dataclass
@@ -59,6 +130,8 @@ class ConsumerState:
     reconnects: int = 0
     thread: threading.Thread | None = None
     stopped: bool = False  # told to stop: no longer a health problem
+    crashes: int = 0  # handler crashes (exceptions that were no connection failure)
+    recent_reconnects: deque = field(default_factory=lambda: deque(maxlen=FLAP_LIMIT))
 
     def up(self) -> None:
         if not self.consuming:
@@ -70,6 +143,14 @@ class ConsumerState:
         if self.consuming:
             self.consuming, self.since = False, time.monotonic()
 
+    def reconnected(self) -> None:
+        self.reconnects += 1
+        self.recent_reconnects.append(time.monotonic())
+
+    def flapping(self) -> bool:
+        recent = self.recent_reconnects
+        return len(recent) >= FLAP_LIMIT and time.monotonic() - recent[0] <= FLAP_WINDOW_S
+
     def problem(self, grace_s: float = 0.0, stopping: bool = False) -> str | None:
         """Why this consumer is unhealthy (None: it is fine). ``grace_s``: how long it may be
         reconnecting before that counts."""
@@ -77,6 +158,9 @@ class ConsumerState:
             return None
         if self.thread is not None and not self.thread.is_alive():
             return f"consumer {self.name} on {self.queue}: thread is dead ({self.last_error})"
+        if self.flapping():
+            return (f"consumer {self.name} on {self.queue}: reconnected {FLAP_LIMIT} times in "
+                    f"{FLAP_WINDOW_S:.0f} s, makes no progress ({self.last_error})")
         down_s = time.monotonic() - self.since
         if not self.consuming and down_s >= grace_s:
             return (f"consumer {self.name} on {self.queue}: not consuming for {down_s:.0f} s "
@@ -137,16 +221,43 @@ def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: Consumer
                 timeout_s: Callable[[], float] = lambda: 0.2,
                 after_drain: Callable[[bool], None] | None = None,
                 on_disconnect: Callable[[], None] | None = None,
-                heartbeat_s: float = HEARTBEAT_S, deadline_s: float | None = None) -> None:
+                heartbeat_s: float = HEARTBEAT_S, deadline_s: float | None = None,
+                dead_letter: Callable[[object, str], None] | None = None,
+                crashes: CrashCounter | None = None,
+                holding: Callable[[], list] | None = None) -> None:
     """Consume ``queue`` until ``stop``; reconnects forever on connection errors.
 
     ``after_drain(timed_out)`` runs after every drain (the batch consumer flushes there);
     ``on_disconnect`` runs when a connection is lost (drop messages of the dead channel).
     ``deadline_s``: the handler deadline (:class:`HandlerDeadline`; None: none).
+    ``dead_letter(message, reason)``: where a poison message goes (then it is acked; None:
+    rejected without requeue, so the broker dead-letters it); ``crashes``: the count of
+    handler crashes per message (:class:`CrashCounter`; None: a new one). ``holding()``: the
+    messages the handler was working on when it crashed (a batch consumer's current batch;
+    None or empty: every unacked message in hand).
     """
     deadline = HandlerDeadline(deadline_s, state, stop) if deadline_s is not None else None
+    crashes = crashes if crashes is not None else CrashCounter()
+    in_hand: dict[str, object] = {}  # this connection's deliveries, by delivery_key
+
+    def receive(message) -> None:
+        key = delivery_key(message.body)
+        reason = crashes.verdict(key)
+        if reason is not None:
+            log.error("consumer %s on %s: %s", state.name, queue.name, reason)
+            if dead_letter is not None:
+                dead_letter(message, reason)
+                message.ack()
+            else:
+                message.reject(requeue=False)
+            crashes.forget(key)
+            return
+        in_hand[key] = message
+        on_message(message)
+
     delay = 0.2
     while not stop.is_set():
+        in_hand.clear()
         try:
             with Connection(broker_url, heartbeat=heartbeat_s) as connection:
                 connection.connect()
@@ -154,7 +265,7 @@ def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: Consumer
                 channel.basic_qos(prefetch_size=0, prefetch_count=prefetch, a_global=False)
                 # on_message gets the raw body (kombu does not deserialize it): the handler
                 # decodes it as JSON itself, so nothing is ever unpickled.
-                with Consumer(channel, queues=[queue], on_message=on_message, no_ack=False,
+                with Consumer(channel, queues=[queue], on_message=receive, no_ack=False,
                               accept=["json"], prefetch_count=prefetch):
                     state.up()
                     ready.set()
@@ -174,17 +285,31 @@ def serve_queue(broker_url: str, queue: Queue, *, prefetch: int, state: Consumer
                             after_drain(timed_out)
                         if deadline is not None:
                             deadline.leave()
+                        for key in [k for k, m in in_hand.items() if m.acknowledged]:
+                            del in_hand[key]
         except Exception as error:  # noqa: BLE001 - connection errors of every transport
             if deadline is not None:
                 deadline.leave()
             if stop.is_set():
                 break
+            if not is_lost_connection(error):  # the handler crashed, not the connection
+                held = [delivery_key(message.body) for message in (holding() if holding
+                                                                   else None) or ()]
+                held = held or [key for key, message in in_hand.items()
+                                if not message.acknowledged]
+                crashes.crashed(held, error)
+                state.crashes += 1
+                log.exception("consumer %s on %s: handler crashed holding %d message(s); "
+                              "they are redelivered, and dead-lettered after %d crashes",
+                              state.name, queue.name, len(held), crashes.limit)
+            else:
+                log.warning("consumer %s on %s lost its connection (%s: %s); reconnecting in "
+                            "%.1f s", state.name, queue.name, type(error).__name__, error,
+                            delay)
             state.down(error)
-            state.reconnects += 1
+            state.reconnected()
             if on_disconnect is not None:
                 on_disconnect()
-            log.warning("consumer %s on %s lost its connection (%s: %s); reconnecting in "
-                        "%.1f s", state.name, queue.name, type(error).__name__, error, delay)
             stop.wait(delay)
             delay = min(delay * 2, RECONNECT_MAX_DELAY_S)
     state.down("stopped")

@@ -53,15 +53,30 @@ class ReplayDeadLetters(StrictModel):
     source: str | None = Field(None, min_length=1, max_length=255)
 
 
-class StartRound(StrictModel):
-    """Start the next round of ``run_id`` (or round ``index``), as ``POST /v1/rounds`` does.
-    With ``index`` it is idempotent: a round that exists already is left as it is."""
+MAX_QUERIES_PER_ROUND = 4096
+MAX_K = 64
+
+
+class RoundSize(StrictModel):
+    """How big a round is asked to be: the ONE model of these limits, for ``POST /v1/rounds``
+    (``RoundIn``) and the control task (:class:`StartRound`). A value out of range is
+    refused, never clamped; each curriculum stage's training pool bounds
+    ``queries_per_round`` too (``mgrpo.services.rounds.check_round_size``)."""
+
+    queries_per_round: int | None = Field(None, ge=1, le=MAX_QUERIES_PER_ROUND, description=(
+        "B (default: config); at most each curriculum stage's training pool."))
+    k: int | None = Field(None, ge=2, le=MAX_K, description="Rollouts per query (default: "
+                          "config).")
+
+
+class StartRound(RoundSize):
+    """Start the next round of ``run_id`` (or round ``index``), as ``POST /v1/rounds`` does,
+    with its limits (:class:`RoundSize`). With ``index`` it is idempotent: a round that exists
+    already is left as it is."""
 
     command: Literal["start"]
     run_id: RunId | None = None
     index: int | None = Field(None, ge=0)
-    queries_per_round: int | None = Field(None, ge=1)
-    k: int | None = Field(None, ge=1)
 
 
 class CancelRound(StrictModel):

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from kombu import Connection, Producer, Queue
 
 from mgrpo.bus.confirmed_batch import ConfirmedBatches, Outgoing
-from mgrpo.bus.consumer import ConsumerState, serve_queue
+from mgrpo.bus.consumer import ConsumerState, CrashCounter, serve_queue
 from mgrpo.bus.errors import RETRY_DELAY_S
 from mgrpo.bus.handler import Dedupe, Handler, process_payload
 from mgrpo.bus.messages import Message, WeightsAnnouncement
@@ -85,14 +85,15 @@ class KombuBus:
         self.publish_raw(queue, to_wire(message), message_id=message.message_id)
 
     def publish_raw(self, queue: str, body: str | bytes, *, message_id: str | None = None,
-                    content_type: str = "application/json") -> None:
+                    content_type: str = "application/json",
+                    headers: dict | None = None) -> None:
         """Publish a body as is to a work queue (declared first); persistent delivery."""
         with self._publish_lock:
             self._producer.publish(
                 body, exchange=WORK_EXCHANGE, routing_key=queue, delivery_mode=2,
                 content_type=content_type, content_encoding="utf-8",
                 message_id=message_id or uuid.uuid4().hex, declare=[self.work_queue(queue)],
-                retry=True, retry_policy=self._retry)
+                headers=headers or None, retry=True, retry_policy=self._retry)
             self._publish_down = None
 
     def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None:
@@ -165,11 +166,16 @@ class KombuBus:
               on_disconnect: Callable[[], None] | None = None,
               stop: threading.Event | None = None,
               heartbeat_s: float | None = None,
-              deadline_s: float | None = None) -> threading.Thread:
+              deadline_s: float | None = None,
+              crashes: CrashCounter | None = None,
+              holding: Callable[[], list] | None = None) -> threading.Thread:
         """Run a reconnecting consumer of ``queue`` on its own thread (``mgrpo.bus.consumer``);
         returns once it consumes. ``stop`` (default: this bus closing) ends it.
         ``heartbeat_s``: its connection's AMQP heartbeat (default ``consumer.HEARTBEAT_S``).
-        ``deadline_s``: its handler deadline (``consumer.HandlerDeadline``; None: none)."""
+        ``deadline_s``: its handler deadline (``consumer.HandlerDeadline``; None: none).
+        A message that crashed the handler ``consumer.HANDLER_CRASH_LIMIT`` times goes to the
+        dead-letter queue with the reason (``crashes``: the count, shared with the caller;
+        ``holding``: the messages a crash counts against, ``consumer.serve_queue``)."""
         ready = threading.Event()
         state = ConsumerState(consumer, queue.name)
         stop_event = _Either(stop, self._stop) if stop is not None else self._stop
@@ -179,7 +185,9 @@ class KombuBus:
             kwargs=dict(prefetch=prefetch, state=state, on_message=on_message,
                         stop=stop_event, ready=ready, timeout_s=timeout_s,
                         after_drain=after_drain, on_disconnect=on_disconnect,
-                        deadline_s=deadline_s,
+                        deadline_s=deadline_s, crashes=crashes, holding=holding,
+                        dead_letter=lambda message, reason: self.dead_letter(
+                            queue.name, message.body, reason),
                         **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s})))
         state.thread = thread
         self.consumers.append(state)
@@ -218,8 +226,10 @@ class KombuBus:
     def replay_dead_letters(self, limit: int = 1000,
                             source: str | None = None) -> list[DeadLetter]:
         """Publish dead letters back to the queue they came from (only those from ``source``
-        when given), as they are; returns the replayed ones. The others stay dead-lettered.
-        A replayed message was never claimed, so its handler runs; one that is still bad
+        when given), as they are: the same body, content type and headers (a Celery task's
+        name and id are there) less the dead-lettering ones; returns the replayed ones. The
+        others stay dead-lettered. A replayed message was never claimed, so its handler runs;
+        one that is still bad
         comes back here with a fresh reason."""
         return self.replay_report(limit, source)[0]
 
@@ -231,7 +241,9 @@ class KombuBus:
         def replay(letter: DeadLetter) -> str:
             if not letter.queue or (source is not None and letter.queue != source):
                 return "keep"
-            self.publish_raw(letter.queue, letter.body)
+            self.publish_raw(letter.queue, letter.raw if letter.raw is not None
+                             else letter.body, content_type=letter.content_type,
+                             headers=letter.headers)
             return "take"
 
         taken, seen, count = self._dead_letter_pass(limit, replay)
@@ -327,7 +339,12 @@ def _letter(message) -> DeadLetter:
     source = headers.get(SOURCE_QUEUE_HEADER) or deaths[0].get("queue", "")
     body = message.body.decode("utf-8", "replace") if isinstance(message.body, bytes) \
         else message.body
-    return DeadLetter(source, body, reason)
+    kept = {key: value for key, value in headers.items()
+            if key not in (REASON_HEADER, SOURCE_QUEUE_HEADER)
+            and not key.startswith(("x-death", "x-first-death", "x-last-death"))}
+    raw = message.body if isinstance(message.body, bytes) else None
+    return DeadLetter(source, body, reason, headers=kept,
+                      content_type=message.content_type or "application/json", raw=raw)
 
 
 def _x_death_reason(headers: dict) -> str:

@@ -10,6 +10,12 @@ Ids (every ``*_id``, keys, names, queues, a trajectory's ids) must not contain a
 PostgreSQL cannot store one, so such a message could never be handled; it is refused here,
 as malformed, and goes to the dead-letter queue alone instead of failing in the store.
 
+Hostile bodies are bounded BEFORE any parser sees them: a body over
+:data:`MAX_MESSAGE_BYTES`, or nested deeper than :data:`MAX_NESTING_DEPTH` (arrays and objects
+inside each other; a real message nests a few levels), is refused with the reason. And any
+exception while decoding, whatever its type, becomes a :class:`MessageDecodeError`: a decode
+never raises anything a consumer could take for a lost connection.
+
 Bumping a schema: add a new model with ``schema_version: Literal[2]`` and keep decoding 1
 until no producer sends it; unknown versions are refused (not guessed).
 
@@ -19,6 +25,7 @@ What this module does NOT do: send or receive (``mgrpo.bus.transport``, ``kombu_
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -129,9 +136,15 @@ class TurnCompletion(BaseModel):
     finish_reason: Literal["stop", "length"]
 
 
+# A delegation's subtask is written by an agent within a turn's max_new_tokens; the bound
+# (twice the longest REST question, 4,000) keeps one hostile call from sizing a sub-agent's
+# prompt, and so its trainer's update.
+MAX_SUBTASK_CHARS = 8000
+
+
 class SubAgentCall(_Grouped):
     """A delegation to a sub-agent (by the planner, or by a sub-agent that delegates); the
-    answer goes to ``reply_to``."""
+    answer goes to ``reply_to``. ``subtask`` holds at most :data:`MAX_SUBTASK_CHARS`."""
 
     kind: Literal["subagent_call"] = "subagent_call"
     call_id: str  # the sub-agent trajectory's traj_id (round/query/rollout/agent/invocation)
@@ -141,7 +154,7 @@ class SubAgentCall(_Grouped):
     attempt: int = Field(0, ge=0)
     agent: str
     invocation: int = Field(0, ge=0)
-    subtask: str
+    subtask: str = Field(max_length=MAX_SUBTASK_CHARS)
     reply_to: str
     weights_version: int = Field(0, ge=0)
     tree: TreeBranching | None = None  # AT-GRPO rounds: K continuations at each turn
@@ -221,6 +234,27 @@ MESSAGE_KINDS = ("episode_task", "subagent_call", "subagent_result", "trajectory
                  "round_command")
 
 
+# Bounds checked before decoding. A trajectory of 32k tokens is ~1 MB of JSON; the broker's own
+# default limit (RabbitMQ ``max_message_size``) is 128 MiB.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+# Our messages nest at most ~5 levels (a call's trace of tool events, a turn's requests); the
+# bound leaves room for tool payloads in a trace and stays far below any parser's recursion.
+MAX_NESTING_DEPTH = 64
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in a JSON ``body`` (brackets inside strings do not
+    count). Linear in the body, no recursion: safe on any input."""
+    skeleton = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in skeleton:
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 class MessageDecodeError(ValueError):
     """A payload that is not a valid message; ``reason`` says why (kept in the dead letter)."""
 
@@ -235,7 +269,32 @@ def encode_message(message: _Message) -> dict:
 
 
 def decode_message(payload: bytes | str | dict) -> Message:
-    """Parse a wire payload (JSON bytes/str or an already-decoded dict) into a message."""
+    """Parse a wire payload (JSON bytes/str or an already-decoded dict) into a message.
+
+    Raises :class:`MessageDecodeError` (with the reason) and nothing else."""
+    try:
+        if isinstance(payload, bytes | bytearray | str):
+            _check_bounds(payload.encode("utf-8", "surrogatepass")
+                          if isinstance(payload, str) else bytes(payload))
+        return _decode(payload)
+    except MessageDecodeError:
+        raise
+    except Exception as error:  # noqa: BLE001 - RecursionError, MemoryError's kin, parser bugs
+        raise MessageDecodeError(f"payload could not be decoded: {type(error).__name__}: "
+                                 f"{error}"[:2000]) from error
+
+
+def _check_bounds(body: bytes) -> None:
+    if len(body) > MAX_MESSAGE_BYTES:
+        raise MessageDecodeError(f"payload is {len(body)} bytes, over the limit of "
+                                 f"{MAX_MESSAGE_BYTES} (MAX_MESSAGE_BYTES)")
+    depth = nesting_depth(body)
+    if depth > MAX_NESTING_DEPTH:
+        raise MessageDecodeError(f"payload nests {depth} levels deep, over the limit of "
+                                 f"{MAX_NESTING_DEPTH} (MAX_NESTING_DEPTH)")
+
+
+def _decode(payload: bytes | str | dict) -> Message:
     if isinstance(payload, bytes | bytearray | str):
         try:  # the common case in one pass of pydantic's own JSON parser (no json.loads)
             return MESSAGE_ADAPTER.validate_json(payload)

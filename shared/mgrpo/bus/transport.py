@@ -18,7 +18,7 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from mgrpo.bus.errors import RETRY_DELAY_S
@@ -31,6 +31,11 @@ class DeadLetter:
     queue: str  # where the message was consumed from
     body: str
     reason: str
+    # what a replay needs to be consumed as it was sent: the original headers (a Celery
+    # task's name and id travel there), less the dead-lettering ones, and the content type
+    headers: dict = field(default_factory=dict, compare=False)
+    content_type: str = field(default="application/json", compare=False)
+    raw: bytes | None = field(default=None, compare=False, repr=False)  # the body, as sent
 
 
 class Bus(Protocol):

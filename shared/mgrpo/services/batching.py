@@ -16,7 +16,8 @@ through the bus's rules:
 - a key already claimed -> acked and skipped; keys are claimed after the handler returns,
   the whole batch's in one statement (and checked in one query); the same key twice in one
   batch is handled once. ``claims=False`` skips both for a handler that is idempotent by
-  itself (trainer ingestion: ``INSERT ... ON CONFLICT DO NOTHING``);
+  itself (trainer ingestion: ``INSERT ... ON CONFLICT DO NOTHING``), and hands it every
+  message of a key whose content differs (the handler tells a conflict from a re-send);
 - the handler returns refusals ``{position: reason}`` -> those messages go to the dead-letter
   queue with the reason, the rest of the batch is handled and acked as usual;
 - the batch handler fails for a transient reason (``mgrpo.bus.errors``: the database
@@ -25,7 +26,11 @@ through the bus's rules:
   claims are inside the same handling (a database outage there is transient too);
 - the batch handler fails for any other reason -> each message of the batch is run ALONE,
   so only the message(s) that fail by themselves go to the dead-letter queue (one wrong-kind
-  message never takes its batch with it).
+  message never takes its batch with it);
+- the batch handler crashes the consumer loop (an exception that escapes the sorting above)
+  -> the batch is redelivered and each message that was in it runs ALONE from then on; one that
+  crashes its handler ``HANDLER_CRASH_LIMIT`` times goes to the dead-letter queue
+  (``mgrpo.bus.consumer.CrashCounter``).
 
 On any other bus (embedded :class:`~mgrpo.bus.InMemoryBus`) batches have size 1.
 
@@ -40,6 +45,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from mgrpo.bus import errors
+from mgrpo.bus.consumer import CrashCounter, delivery_key
 from mgrpo.bus.kombu_bus import KombuBus
 from mgrpo.bus.messages import Message, MessageDecodeError, decode_message
 
@@ -76,7 +82,17 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
         bus.consume(queue, one, consumer=consumer)
         return None
     pending: list[tuple[object, Message | MessageDecodeError]] = []
+    running: list = []  # the kombu messages of the batch being handled (a crash counts them)
     groups = _Groups()
+    crashes = CrashCounter()
+
+    def suspect(item) -> bool:  # was in a batch that crashed: runs alone
+        return crashes.count(delivery_key(item[0].body)) > 0
+
+    def run(batch: list) -> None:
+        running[:] = [message for message, _ in batch]
+        _run_batch(bus, queue, batch, handler, consumer, claims)
+        running.clear()
 
     def on_message(message) -> None:
         try:
@@ -88,15 +104,25 @@ def consume_batches(bus, queue: str, handler: BatchHandler, *, consumer: str,
 
     def after_drain(timed_out: bool) -> None:
         if len(pending) >= batch_size or (pending and (
-                timed_out or groups.whole(pending) or _holds_command(pending))):
+                timed_out or groups.whole(pending) or _holds_command(pending)
+                or any(map(suspect, pending)))):
             batch, pending[:] = list(pending), []
             groups.forget(batch)
-            _run_batch(bus, queue, batch, handler, consumer, claims)
+            alone = [item for item in batch if suspect(item)]
+            if len(alone) < len(batch):
+                run([item for item in batch if not suspect(item)])
+            for item in alone:
+                run([item])
+
+    def disconnected() -> None:
+        pending.clear()
+        running.clear()
 
     return bus.serve(bus.work_queue(queue), consumer, on_message, prefetch=batch_size,
                      timeout_s=lambda: linger_s if pending else 0.5,
-                     after_drain=after_drain, on_disconnect=pending.clear, stop=stop,
-                     heartbeat_s=heartbeat_s, deadline_s=deadline_s)
+                     after_drain=after_drain, on_disconnect=disconnected, stop=stop,
+                     heartbeat_s=heartbeat_s, deadline_s=deadline_s, crashes=crashes,
+                     holding=lambda: list(running))
 
 
 def _holds_command(pending: list) -> bool:
@@ -137,20 +163,26 @@ def _run_batch(bus, queue_name: str, raw: list, handler: BatchHandler, consumer:
                claims: bool = True) -> None:
     dedupe = bus._dedupe if claims else None  # the store: the claims process_payload uses
     todo: list[tuple[object, Message, str]] = []
-    keys: set[str] = set()
+    keys: dict[str, Message] = {}
     for message, decoded in raw:
         if isinstance(decoded, MessageDecodeError):
             bus.dead_letter(queue_name, message.body, f"undecodable message: {decoded.reason}")
             message.ack()
             continue
         key = f"{consumer}|{decoded.idempotency_key}"
-        if key in keys:  # the same message twice in one batch: handled once
-            message.ack()
+        if key in keys and (claims or _same(keys[key], decoded)):
+            message.ack()  # the same message twice in one batch: handled once
             continue
-        keys.add(key)
+        keys.setdefault(key, decoded)
         todo.append((message, decoded, key))
     if todo:
         _handle(bus, queue_name, todo, handler, consumer, dedupe)
+
+
+def _same(first: Message, second: Message) -> bool:
+    """Two sends of one message (a re-send has a new ``message_id``, nothing else new)."""
+    return first.model_copy(update={"message_id": ""}) == \
+        second.model_copy(update={"message_id": ""})
 
 
 def _seen(dedupe, keys: list[str]) -> set[str]:

@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from mgrpo.bus.messages import SubAgentCall, SubAgentResult
+from mgrpo.bus.messages import MAX_SUBTASK_CHARS, SubAgentCall, SubAgentResult
 from mgrpo.envs import protocol as P
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import SubagentCall, SubagentOutcome
@@ -92,7 +92,8 @@ class BusDispatch:
             message = SubAgentCall(
                 call_id=call_id, round_id=round_id if in_round else None,
                 query_id=query_id if in_round else None, rollout=rollout, attempt=call.attempt,
-                agent=call.role, invocation=call.invocation, subtask=call.task,
+                agent=call.role, invocation=call.invocation,
+                subtask=call.task[:MAX_SUBTASK_CHARS],  # a runaway task: its head
                 reply_to=self.reply_queue, weights_version=self.weights_version,
                 group=f"{self.reply_queue}/{turn}/{call.role}", group_size=sizes[call.role],
                 seed=call.seed)

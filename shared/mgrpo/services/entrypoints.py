@@ -25,17 +25,17 @@ logic (the modules named above).
 from __future__ import annotations
 
 import logging
-import socket
 
 import uvicorn
 from prometheus_client import CollectorRegistry, Gauge
 
-from mgrpo.bus.app import control_app
+from mgrpo.bus.app import control_app, worker_name
 from mgrpo.config import Settings
 from mgrpo.parallel.ranks import Ranks, world_size
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.routes.health import embedded_problem
 from mgrpo.services.context import Queues, load_service_config, make_bus, open_store
+from mgrpo.services.control.sweep import start_round_sweep
 from mgrpo.services.control.tasks import HANDLERS, ControlContext, register_control_tasks
 from mgrpo.services.dependencies import worker_needs
 from mgrpo.services.health import serve_health
@@ -156,7 +156,7 @@ def serve_control(settings: Settings) -> None:
     app = control_app(settings)
     register_control_tasks(app, ctx)
     worker = app.Worker(pool="solo", concurrency=1, queues=[app.conf.mgrpo_control_queue],
-                        hostname=f"control@{socket.gethostname()}",
+                        hostname=worker_name("control"),
                         loglevel=settings.log_level.upper(), without_mingle=True,
                         without_gossip=True, optimization="fair")
     registry = CollectorRegistry()
@@ -165,9 +165,11 @@ def serve_control(settings: Settings) -> None:
               registry=registry).set_function(lambda name=name: ctx.done.get(name, 0))
     server = serve_health(settings.health_port, registry, alive=lambda: True,
                           info=lambda: {"service": "control"}, not_ready=worker_needs(store))
+    sweep = start_round_sweep(ctx)  # rounds whose creator died before publishing
     try:
         worker.start()  # blocks until a signal (warm shutdown)
     finally:
+        sweep.set()
         server.shutdown()
         bus.close()
         store.close()

@@ -11,12 +11,21 @@ has published its group statistics (the trainers set ``done``); a round that tra
 (a curriculum stage's difficulty filter) ends when its rollouts are complete (the planner
 worker sets ``done``).
 
+The round is an outbox: it is created with ``published`` false and marked published once the
+broker has confirmed all its tasks. A process killed in between leaves a running round with
+no tasks; :func:`publish_unpublished_rounds` (the control worker runs it at start and every
+:data:`PUBLISH_SWEEP_S`) publishes such a round's tasks again. That is idempotent by task key:
+a task that did reach the broker has the same idempotency key the second time, so its worker
+acks the copy without playing it again.
+
 What this module does NOT do: play episodes or train (workers and trainers do).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+from datetime import timedelta
 
 from mgrpo.algo.staleness import Admission
 from mgrpo.bus.messages import EpisodeTask, RoundCommand
@@ -24,11 +33,19 @@ from mgrpo.envs import load_benchmark
 from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.team import is_team, team_queries
 from mgrpo.store.errors import RunBusy
+from mgrpo.store.models import utcnow
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.rounds import sample_questions
+
+log = logging.getLogger(__name__)
+
+# A round unpublished this long after its creation has lost its creator (a publish takes
+# well under a second; a broker restart a few): the sweep publishes it.
+PUBLISH_GRACE_S = 60.0
+PUBLISH_SWEEP_S = 30.0  # how often the control worker sweeps
 
 
 class RoundConflict(RuntimeError):
@@ -67,6 +84,29 @@ def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
 
 def round_id_of(run_id: str, index: int) -> str:
     return f"{run_id}-r{index:04d}"
+
+
+class RoundTooBig(RoundRefused):
+    """``queries_per_round`` larger than a training pool the run plays (never clamped)."""
+
+
+def check_round_size(cfg: RunConfig, bench) -> None:
+    """:class:`RoundTooBig` unless every stage the run plays holds ``cfg.queries_per_round``
+    training questions (``bench``: the benchmark; None for a turn team: its world's tasks).
+    ``POST /v1/rounds`` and the control task both check this before a round is created."""
+    if bench is None:
+        if cfg.queries_per_round > cfg.workflow.train_tasks:
+            raise RoundTooBig(f"queries_per_round={cfg.queries_per_round} is larger than the "
+                              f"world's training tasks (workflow.train_tasks: "
+                              f"{cfg.workflow.train_tasks})")
+        return
+    for number, stage in played_stages(cfg):
+        pool = len(bench.questions("train", stage=stage))
+        if cfg.queries_per_round > pool:
+            raise RoundTooBig(f"queries_per_round={cfg.queries_per_round} is larger than the "
+                              f"training pool of curriculum stage {number} ({pool} questions "
+                              f"in {cfg.bench_dir!r}, split train, benchmark stage {stage}); "
+                              f"ask for at most {pool}")
 
 
 def played_stages(cfg: RunConfig) -> list[tuple[int, int | None]]:
@@ -188,7 +228,7 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
             queries=[QueryRecord(query_id=q.id, question=q.question, answer=q.answer,
                                  meta={"kind": q.kind, "stage": q.stage})
                      for q in questions],
-            running=True, unfinished=[r.round_id for r in unfinished])
+            running=True, unfinished=[r.round_id for r in unfinished], published=False)
     except RunBusy as error:
         raise _busy(run_id, [store.get_round(error.round_ids[0])]) from error
     if not created:
@@ -196,14 +236,9 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
                             f"another request); see GET /v1/rounds/{round_id}")
     # an AT-GRPO round: one task per query, its tree (whose K candidate slots are the rollouts)
     tasks = 1 if spec.tree_round(index) else k
-    # one send (a planner worker may start once it holds them all), one confirm wait
     try:
-        bus.publish_many([(queues.episodes, EpisodeTask(
-            run_id=run_id, round_id=round_id, query_id=q.id, rollout=rollout, group=round_id,
-            group_size=len(questions) * tasks)) for q in questions for rollout in range(tasks)]
-            + [(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
-                                                    round_id=round_id, model=model))
-               for model in scored])
+        _publish_round(store, bus, queues, run_id, round_id, [q.id for q in questions], tasks,
+                       scored)
     except Exception as error:
         with contextlib.suppress(Exception):  # the store down as well: the raise says why
             store.set_round_status(round_id, "failed", only_from=("running",),
@@ -211,6 +246,37 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
                                          f"{type(error).__name__}: {error}"[:2000])
         raise
     return store.get_round(round_id)
+
+
+def _publish_round(store, bus, queues: Queues, run_id: str, round_id: str,
+                   query_ids: list[str], tasks: int, scored: list[str]) -> None:
+    """Publish a round's episode tasks and its trainers' wake-ups, then mark it published.
+    One send (a planner worker may start once it holds them all), one confirm wait."""
+    bus.publish_many([(queues.episodes, EpisodeTask(
+        run_id=run_id, round_id=round_id, query_id=query_id, rollout=rollout, group=round_id,
+        group_size=len(query_ids) * tasks)) for query_id in query_ids
+        for rollout in range(tasks)]
+        + [(queues.trainer(model), RoundCommand(command="train", run_id=run_id,
+                                                round_id=round_id, model=model))
+           for model in scored])
+    store.mark_round_published(round_id)
+
+
+def publish_unpublished_rounds(store, bus, queues: Queues, default: RunConfig | None = None,
+                               grace_s: float = PUBLISH_GRACE_S) -> list[str]:
+    """Publish the tasks of every running round created over ``grace_s`` ago and never
+    marked published (see the module docstring); returns their ids. Idempotent."""
+    done = []
+    for record in store.unpublished_rounds(utcnow() - timedelta(seconds=grace_s)):
+        spec = round_spec(record, default)
+        query_ids = list(dict.fromkeys(r.query_id for r in store.rollouts(record.round_id)))
+        tasks = 1 if spec.tree_round(record.index) else record.k
+        log.warning("round %s was created but its tasks were never all published (its "
+                    "creator stopped); publishing them now", record.round_id)
+        _publish_round(store, bus, queues, record.run_id, record.round_id, query_ids, tasks,
+                       spec.scored_models)
+        done.append(record.round_id)
+    return done
 
 
 def cancel_round(store, round_id: str):

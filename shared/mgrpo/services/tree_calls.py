@@ -26,7 +26,13 @@ from __future__ import annotations
 import functools
 import logging
 
-from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage, TreeBranching
+from mgrpo.bus.messages import (
+    MAX_SUBTASK_CHARS,
+    SubAgentCall,
+    SubAgentResult,
+    TrajectoryMessage,
+    TreeBranching,
+)
 from mgrpo.envs import load_benchmark
 from mgrpo.services.context import refresh_weights
 from mgrpo.services.dispatch import agent_cards, registered_queue
@@ -73,7 +79,7 @@ class BusSubtree:
                                       call.invocation) + "/tree",
                 round_id=round_id, query_id=ep.question.id, rollout=0,
                 attempt=max(a for a in slots if a is not None), agent=call.agent,
-                invocation=call.invocation, subtask=call.task or "",
+                invocation=call.invocation, subtask=(call.task or "")[:MAX_SUBTASK_CHARS],
                 reply_to=self.dispatch.reply_queue,
                 tree=TreeBranching(k=len(slots), first_turn=first, seed=seed,
                                    attempts=slots))))

@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -65,6 +66,9 @@ class Round(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[str | None] = mapped_column(Text)
+    # the outbox flag: False from creation until all its tasks are on the broker
+    # (``mgrpo.services.rounds.publish_unpublished_rounds`` finishes a round left False)
+    published: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     __table_args__ = (UniqueConstraint("run_id", "index", name="uq_rounds_run_index"),)
 
 

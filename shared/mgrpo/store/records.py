@@ -57,6 +57,7 @@ class RoundRecord(_Record):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    published: bool = True  # every task of the round is on the broker
 
 
 class RolloutRecord(_Record):

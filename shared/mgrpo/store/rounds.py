@@ -74,7 +74,8 @@ class RoundsMixin(StoreBase):
     def create_round(self, run_id: str, round_id: str, index: int, query_ids: Sequence[str],
                      k: int, config: dict | None = None, *,
                      queries: Sequence[QueryRecord] = (), running: bool = False,
-                     unfinished: Collection[str] | None = None) -> bool:
+                     unfinished: Collection[str] | None = None,
+                     published: bool = True) -> bool:
         """Write a round and its ``len(query_ids) * k`` pending rollouts in one transaction.
 
         Idempotent: a second call with the same ``round_id`` returns False and changes nothing.
@@ -82,7 +83,8 @@ class RoundsMixin(StoreBase):
         ``queries``: their full rows, written (as :meth:`upsert_queries` does) in the same
         transaction; ``running``: the round starts as 'running' (``started_at`` stamped), as
         :meth:`set_round_status` would. One commit for a round's start instead of three (a
-        commit is a WAL flush, ~6 ms on this machine's PostgreSQL).
+        commit is a WAL flush, ~6 ms on this machine's PostgreSQL). ``published=False``: its
+        tasks are still to be sent (the outbox flag; :meth:`mark_round_published`).
 
         ``unfinished``: the run's unfinished rounds the caller decided with (none: a
         synchronous run). In the same transaction, under a lock on the run's row (SQLite:
@@ -109,7 +111,7 @@ class RoundsMixin(StoreBase):
             inserted = self._written(session, self._insert(Round).values(
                 round_id=round_id, run_id=run_id, index=index, k=k,
                 status="running" if running else "pending", config=config or {},
-                created_at=now, started_at=now if running else None,
+                created_at=now, started_at=now if running else None, published=published,
             ).on_conflict_do_nothing(index_elements=["round_id"]))
             if inserted != 1:
                 return False
@@ -123,6 +125,21 @@ class RoundsMixin(StoreBase):
                                     status="pending", attempts=0)
                             for query_id in query_ids for r in range(k))
             return True
+
+    def mark_round_published(self, round_id: str) -> None:
+        """Every task of ``round_id`` is on the broker."""
+        with self._tx() as session:
+            session.execute(update(Round).where(Round.round_id == round_id)
+                            .values(published=True))
+
+    def unpublished_rounds(self, created_before: datetime) -> list[RoundRecord]:
+        """Running rounds created before ``created_before`` whose tasks are not all on the
+        broker (their creator died while publishing), oldest first."""
+        stmt = (select(Round).where(Round.published.is_(False), Round.status == "running",
+                                    Round.created_at < created_before)
+                .order_by(Round.created_at))
+        with self._tx() as session:
+            return [RoundRecord.model_validate(row) for row in session.scalars(stmt)]
 
     def get_round(self, round_id: str) -> RoundRecord | None:
         with self._tx() as session:
@@ -225,6 +242,13 @@ class RoundsMixin(StoreBase):
                 .values(status="completed", completed_attempt=attempt, completed_at=utcnow()))
         with self._tx() as session:
             return self._written(session, stmt) == 1
+
+    def rollout_keys(self, round_id: str, query_ids: Iterable[str]) -> set[tuple[str, int]]:
+        """The (query_id, rollout) pairs of ``round_id`` among ``query_ids`` (one query)."""
+        stmt = select(Rollout.query_id, Rollout.rollout).where(
+            Rollout.round_id == round_id, Rollout.query_id.in_(sorted(set(query_ids))))
+        with self._tx() as session:
+            return {(query_id, rollout) for query_id, rollout in session.execute(stmt)}
 
     def rollouts(self, round_id: str) -> list[RolloutRecord]:
         stmt = (select(Rollout).where(Rollout.round_id == round_id)

@@ -2,7 +2,9 @@
 observed d_k.
 
 Trajectories are keyed by (traj_id, attempt): ingestion is ``INSERT ... ON CONFLICT DO
-NOTHING``, so a redelivered message or a second ingesting thread never adds a row. The token
+NOTHING``, so a redelivered message or a second ingesting thread never adds a row; a
+DIFFERENT trajectory under a stored (traj_id, attempt) is told apart from such a redelivery
+(:meth:`TrainingMixin.ingest_trajectories_checked`), so the caller can refuse it loudly. The token
 arrays (``input_ids``, ``response_mask``, ``old_logprobs``) and the free-text fields are kept
 inline as JSON in ``trajectories.payload``: tiny to moderate sequences fit comfortably and a
 trainer needs one query, not a blob store. ``payload_uri`` is reserved for a later
@@ -17,6 +19,7 @@ What this module does NOT do: compute rewards, statistics or advantages (``mgrpo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic_core import to_json
@@ -29,6 +32,7 @@ from sqlalchemy import (
     literal_column,
     select,
     text,
+    tuple_,
     update,
     values,
 )
@@ -60,7 +64,7 @@ _PG_INGEST = text(
     f"SELECT {', '.join(_ROW_TYPES)}, :created_at "
     f"FROM json_to_recordset(CAST(:rows AS json)) AS r("
     f"{', '.join(f'{name} {kind}' for name, kind in _ROW_TYPES.items())}) "
-    "ON CONFLICT (traj_id, attempt) DO NOTHING RETURNING 1")
+    "ON CONFLICT (traj_id, attempt) DO NOTHING RETURNING traj_id, attempt")
 
 
 def check_trajectory(traj: Trajectory) -> None:
@@ -98,6 +102,14 @@ def trajectory_row(traj: Trajectory) -> dict:
     return row
 
 
+def _content(row: dict) -> dict:
+    """What makes two rows the same trajectory: its columns and payload (JSON-normalised)."""
+    if not row:
+        return ""
+    return json.dumps({name: row.get(name) for name in (*_COLUMN_FIELDS, "payload")},
+                      sort_keys=True, default=str)
+
+
 def _completing(model, *extra):
     """Join condition: ``model``'s row belongs to the attempt that completed its rollout."""
     return and_(Rollout.round_id == model.round_id, Rollout.query_id == model.query_id,
@@ -128,6 +140,52 @@ class TrainingMixin(StoreBase):
                 index_elements=["traj_id", "attempt"]).returning(literal_column("1"))
             return len(session.execute(stmt, [{**row, "created_at": now}
                                               for row in rows]).all())
+
+    def ingest_trajectories_checked(self, trajs: Sequence[Trajectory]) -> list[int]:
+        """:meth:`ingest_trajectories`, then the positions in ``trajs`` whose (traj_id,
+        attempt) was stored already with OTHER content (a redelivery of the same trajectory
+        is not among them). Only the rows not inserted are read back."""
+        rows = [trajectory_row(traj) for traj in trajs]
+        if not rows:
+            return []
+        now = utcnow()
+        with self._tx() as session:
+            if self.dialect == "postgresql":
+                result = session.execute(_PG_INGEST, {"rows": to_json(rows).decode(),
+                                                      "created_at": now})
+            else:
+                result = session.execute(
+                    self._insert(TrajectoryRow).on_conflict_do_nothing(
+                        index_elements=["traj_id", "attempt"]).returning(
+                        TrajectoryRow.traj_id, TrajectoryRow.attempt),
+                    [{**row, "created_at": now} for row in rows])
+            inserted = {(traj_id, attempt) for traj_id, attempt in result.all()}
+        first: dict[tuple, int] = {}  # the first of a key in this batch is the one inserted
+        clashes = []
+        for i, row in enumerate(rows):
+            key = (row["traj_id"], row["attempt"])
+            if key in inserted and key not in first:
+                first[key] = i
+            elif key in first:
+                if _content(rows[first[key]]) != _content(row):
+                    clashes.append(i)
+            else:
+                clashes.append(i)  # stored before: compared below
+        stored = self._stored_rows({(rows[i]["traj_id"], rows[i]["attempt"]) for i in clashes
+                                    if (rows[i]["traj_id"], rows[i]["attempt"]) not in first})
+        return [i for i in clashes
+                if (key := (rows[i]["traj_id"], rows[i]["attempt"])) in first
+                or _content(stored.get(key, {})) != _content(rows[i])]
+
+    def _stored_rows(self, keys: set[tuple]) -> dict[tuple, dict]:
+        if not keys:
+            return {}
+        stmt = select(TrajectoryRow).where(
+            tuple_(TrajectoryRow.traj_id, TrajectoryRow.attempt).in_(sorted(keys)))
+        with self._tx() as session:
+            return {(row.traj_id, row.attempt): {
+                **{name: getattr(row, name) for name in _COLUMN_FIELDS},
+                "payload": row.payload} for row in session.scalars(stmt)}
 
     def round_trajectories(self, round_id: str, model: str,
                            agent: str | None = None) -> list[Trajectory]:

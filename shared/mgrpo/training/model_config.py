@@ -66,6 +66,11 @@ class ModelConfig(StrictModel):
         None, ge=0, description="Asynchronous mode for this model: how many updates its "
         "trainer may be ahead of the weights that sampled a round (None: the run's "
         "`max_staleness`).")
+    max_trajectory_tokens: int = Field(
+        32_768, ge=2, description="The longest trajectory (prompt + completions + "
+        "observations, in tokens) this model's trainer ingests; a longer one is refused with "
+        "the reason (dead-letter queue). An update's memory grows with its longest sequence, "
+        "so one hostile or runaway trajectory must not size it.")
     lora: LoraSpec | None = Field(
         None, description="Train a LoRA adapter instead of the full weights, e.g. {r: 8, "
         "alpha: 16, target_modules: [q_proj, v_proj]}: only the adapter is in the optimizer "

@@ -287,3 +287,48 @@ def test_a_trainer_sends_its_pruning_to_the_control_worker(control):
     assert weights.prune(run, 2) == [3]
     assert list_versions(root, model) == [4, 5]
     assert ctx.done.get(TASK_PRUNE_CHECKPOINTS, 0) == before + 1
+
+
+def test_a_control_message_that_is_not_utf8_is_dead_lettered(control):
+    ctx, app, reader = control
+    queue = app.conf.mgrpo_control_queue
+    reader.publish_raw(queue, b'\xff\xfe{"task": "x"}')  # Celery cannot decode it
+    [letter] = _letters(reader, 1)
+    assert letter.queue == queue
+    assert "Celery could not decode its body" in letter.reason, letter.reason
+    assert letter.raw == b'\xff\xfe{"task": "x"}'
+
+
+def test_a_broker_dead_lettered_task_is_replayed_with_its_celery_headers(control):
+    from mgrpo.bus.topology import DLX
+
+    ctx, app, reader = control
+    queue, dlq = app.conf.mgrpo_control_queue, ctx.queues.dead_letter
+    before = ctx.done.get(TASK_PRUNE_CHECKPOINTS, 0)
+    # a protocol-2 task message as the broker dead-letters it: Celery's headers, x-death
+    app.send_task(TASK_PRUNE_CHECKPOINTS, args=[{"run_id": "no-run", "model": "coder",
+                                                 "keep": 1}],
+                  exchange=DLX, routing_key=dlq,
+                  headers={"x-death": [{"queue": queue, "reason": "rejected", "count": 1}]})
+    _until(lambda: _message_count(ctx.bus, dlq) == 1, "the letter in the DLQ")
+    [replayed] = reader.replay_dead_letters(source=queue)
+    assert replayed.headers["task"] == TASK_PRUNE_CHECKPOINTS
+    assert "x-death" not in replayed.headers
+    _done(ctx, TASK_PRUNE_CHECKPOINTS, before + 1)  # consumed as the task it was
+    assert _message_count(ctx.bus, dlq) == 0
+
+
+def test_start_round_has_the_apis_limits_refused_not_clamped(control):
+    ctx, app, reader = control
+    queue = app.conf.mgrpo_control_queue
+    options = {"queue": work_queue(queue, ctx.queues.dead_letter), "routing_key": queue}
+    for size in ({"k": 500}, {"queries_per_round": 100_000}, {"queries_per_round": 1000}):
+        app.send_task(TASK_ROUND, args=[{"command": "start", "run_id": "limits", "index": 0,
+                                         **size}], **options)
+    reasons = sorted(letter.reason for letter in _letters(reader, 3))
+    assert "k: Input should be less than or equal to 64" in reasons[0], reasons
+    assert "queries_per_round: Input should be less than or equal to 4096" in reasons[0] + \
+        reasons[1], reasons
+    assert any("queries_per_round=1000 is larger than the training pool" in r
+               for r in reasons), reasons
+    assert ctx.store.get_round("limits-r0000") is None

@@ -49,9 +49,9 @@ def test_two_replays_at_once_take_turns_and_account_for_every_letter(rabbitmq_ur
 
         publish = KombuBus.publish_raw
 
-        def slow_publish(self, target: str, body: str) -> None:
+        def slow_publish(self, target: str, body: str, **options) -> None:
             time.sleep(0.02)
-            publish(self, target, body)
+            publish(self, target, body, **options)
 
         monkeypatch.setattr(KombuBus, "publish_raw", slow_publish)
         together = threading.Barrier(2)

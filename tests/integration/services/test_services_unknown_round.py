@@ -57,6 +57,28 @@ def test_a_task_of_an_unknown_round_is_dead_lettered_with_its_reason(planner):
     assert wait_for(lambda: store.round_progress(record.round_id).done, timeout_s=120)
 
 
+def test_a_task_naming_what_its_round_does_not_hold_is_dead_lettered(planner):
+    store, cfg, bus, queues = planner
+    record = start_round(store, bus, cfg, queues)
+    query = store.rollouts(record.round_id)[0].query_id
+    bad = [EpisodeTask(run_id=record.run_id, round_id=record.round_id, query_id="no-such-q",
+                       rollout=0),
+           EpisodeTask(run_id=record.run_id, round_id=record.round_id, query_id=query,
+                       rollout=99),
+           EpisodeTask(run_id="ghost", round_id=record.round_id, query_id=query, rollout=1,
+                       attempt=5)]  # its own key: not a duplicate of the real task
+    bus.publish_many([(queues.episodes, task) for task in bad])
+    letters: list = []
+    assert wait_for(lambda: letters.extend(bus.dead_letters()) or len(letters) >= 3,
+                    timeout_s=120), [letter.reason for letter in letters]
+    reasons = sorted(letter.reason for letter in letters)
+    assert len(reasons) == 3, reasons
+    assert any("has no rollout 0 of query 'no-such-q'" in r for r in reasons), reasons
+    assert any(f"has no rollout 99 of query {query!r}" in r for r in reasons), reasons
+    assert any("the task names run 'ghost'" in r for r in reasons), reasons
+    assert wait_for(lambda: store.round_progress(record.round_id).done, timeout_s=120)
+
+
 @pytest.fixture
 def subagent(run_bus):
     """(store, cfg, bus, queues): a searcher sub-agent worker on a fresh database and prefix."""

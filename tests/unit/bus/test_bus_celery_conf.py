@@ -31,3 +31,18 @@ def test_registered_task_keeps_its_explicit_name():
     app = make_celery_app(Settings())
     task = register_task(app, TASK_TRAINER_INGEST, lambda message: None)
     assert task.name == "trainer.ingest" and "trainer.ingest" in app.tasks
+
+
+def test_worker_names_are_unique_per_process_and_call():
+    import os
+
+    from mgrpo.bus.app import worker_name
+
+    first, second = worker_name("control"), worker_name("control")
+    assert first != second
+    assert first.startswith(f"control-{os.getpid()}-") and "@" in first
+
+
+def test_undecodable_bodies_go_to_the_dead_letter_queue():
+    app = make_celery_app(Settings())
+    assert app.conf.worker_consumer == "mgrpo.bus.celery_consumer:DeadLetteringConsumer"

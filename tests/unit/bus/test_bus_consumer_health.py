@@ -99,3 +99,23 @@ def test_a_pass_past_the_handler_deadline_cuts_the_socket_once_and_says_why():
         assert "handler hung" in problem and "MGRPO_HANDLER_DEADLINE_S" in problem, problem
     finally:
         stop.set()
+
+
+def test_a_consumer_that_keeps_reconnecting_is_a_liveness_problem():
+    from mgrpo.bus.consumer import FLAP_LIMIT
+
+    alive = threading.Event()
+    thread = threading.Thread(target=alive.wait)
+    thread.start()
+    try:
+        state = ConsumerState("planner-worker", "planner.episodes", thread=thread)
+        for _ in range(FLAP_LIMIT):  # each time consuming again at once: never down for long
+            state.down(RuntimeError("handler bug"))
+            state.reconnected()
+            state.up()
+        assert "makes no progress (RuntimeError: handler bug)" in state.problem(grace_s=3600)
+        state.recent_reconnects[0] -= 3600  # the first of them an hour ago: not flapping now
+        assert state.problem(grace_s=3600) is None
+    finally:
+        alive.set()
+        thread.join()

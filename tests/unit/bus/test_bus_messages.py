@@ -75,3 +75,50 @@ def test_queue_names_and_their_rule():
     assert subagent_queue("searcher") == "subagent.searcher"
     with pytest.raises(ValueError, match="must match"):
         trainer_queue("Bad Name")
+
+
+HOSTILE_NESTING = b'{"kind":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize("payload", [HOSTILE_NESTING, HOSTILE_NESTING.decode()])
+def test_deep_nesting_is_a_decode_error_not_a_recursion_error(payload):
+    with pytest.raises(MessageDecodeError, match="nests 100001 levels deep"):
+        decode_message(payload)
+
+
+def test_oversized_body_is_refused_before_parsing(monkeypatch):
+    import mgrpo.bus.messages as messages
+
+    monkeypatch.setattr(messages, "MAX_MESSAGE_BYTES", 1000)
+    with pytest.raises(MessageDecodeError, match="over the limit of 1000"):
+        decode_message(b'{"kind": "trajectory", "pad": "' + b"x" * 2000 + b'"}')
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    from mgrpo.bus.messages import nesting_depth
+
+    assert nesting_depth(b'{"a": [1, {"b": "[[[[\\"]]]{{"}]}') == 3
+    message = RoundCommand(command="train", run_id="[" * 500, round_id="{" * 500)
+    assert decode_message(json.dumps(encode_message(message))) == message
+
+
+def test_any_exception_while_decoding_is_a_decode_error(monkeypatch):
+    import mgrpo.bus.messages as messages
+
+    def explode(payload):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(messages, "_decode", explode)
+    with pytest.raises(MessageDecodeError, match="RecursionError"):
+        decode_message(b'{"kind": "trajectory"}')
+
+
+def test_a_subagent_call_with_an_overlong_subtask_is_refused():
+    wire = {"kind": "subagent_call", "call_id": "r/q/0/coder/0", "agent": "coder",
+            "reply_to": "planner.replies.w", "subtask": "x" * 26_000}
+    with pytest.raises(MessageDecodeError, match="subtask: String should have at most"):
+        decode_message(json.dumps(wire))
+    from mgrpo.bus.messages import MAX_SUBTASK_CHARS
+
+    wire["subtask"] = "x" * MAX_SUBTASK_CHARS
+    assert decode_message(json.dumps(wire)).subtask == wire["subtask"]

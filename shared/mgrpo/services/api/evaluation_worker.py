@@ -31,14 +31,13 @@ What this module does NOT do: play episodes or score them (``evaluation_jobs``).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from dataclasses import dataclass, field
 
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from mgrpo.bus.app import control_app, send_control
+from mgrpo.bus.app import control_app, send_control, worker_name
 from mgrpo.bus.control import TASK_EVALUATE, Evaluate
 from mgrpo.services.control.tasks import Backoff, register_task_body
 
@@ -91,7 +90,7 @@ class EvaluationWorker:
         self.app.set_default()
         self._worker = WorkController(
             app=self.app, pool="threads", concurrency=1, queues=[self.queue],
-            hostname=f"evaluations@{socket.gethostname()}:{id(self):x}",
+            hostname=worker_name("evaluations"),
             without_mingle=True, without_gossip=True, without_heartbeat=True,
             optimization="fair")
         self._thread = threading.Thread(target=self._worker.start, name="evaluation-worker",

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from mgrpo.bus.control import RoundSize
 from mgrpo.training.config import InitFrom
 from mgrpo.validation import StrictModel
 
@@ -79,12 +80,12 @@ class QueryOut(BaseModel):
     tokens: int = Field(description="Planner tokens generated.")
 
 
-class RoundIn(_In):
+class RoundIn(RoundSize):
+    """A round to start. `queries_per_round` and `k` out of range are refused (422), never
+    clamped; `mgrpo.control.round` start tasks have the same limits."""
+
     run_id: RunId | None = Field(None, description="Run to add the round to (default: "
                                  "config name).")
-    queries_per_round: int | None = Field(None, ge=1, le=4096, description="B (default: "
-                                          "config); at most each curriculum stage's training pool.")
-    k: int | None = Field(None, ge=2, le=64, description="Rollouts per query (default: config).")
     init_from: InitFrom | None = Field(
         None, description="Start a NEW run from another run's checkpoints (default: the "
         "config's init_from, else each model's folder). Never implicit.")

@@ -51,9 +51,11 @@ from mgrpo.bus.errors import is_transient
 from mgrpo.bus.names import REASON_HEADER, SOURCE_QUEUE_HEADER
 from mgrpo.bus.topology import DLX, dead_letter_queue
 from mgrpo.config import Settings
+from mgrpo.envs import load_benchmark
 from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.services.context import Queues
-from mgrpo.services.rounds import cancel_round, round_id_of, start_round
+from mgrpo.services.rounds import cancel_round, check_round_size, round_id_of, start_round
+from mgrpo.services.team import is_team
 from mgrpo.training.config import RunConfig
 
 log = logging.getLogger("mgrpo.control")
@@ -112,7 +114,10 @@ def round_command(ctx: ControlContext, command: StartRound | CancelRound) -> Non
             ctx.store.get_round(round_id_of(run_id, command.index)) is not None:
         log.info("round %d of run %s exists already: left as it is", command.index, run_id)
         return
-    start_round(ctx.store, ctx.bus, cfg, ctx.queues, run_id=run_id, index=command.index)
+    bench = None if is_team(cfg) else load_benchmark(cfg.bench_dir)
+    check_round_size(cfg, bench)  # the API's 422: refused (dead letter), never clamped
+    start_round(ctx.store, ctx.bus, cfg, ctx.queues, run_id=run_id, index=command.index,
+                bench=bench)
 
 
 HANDLERS: dict[str, Callable] = {

@@ -190,8 +190,9 @@ class PlannerWorker:
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         """Play the batch's episode tasks; returns the refusals (``{position: reason}``, to
-        the dead-letter queue): a task whose round the store does not hold. Tasks of a
-        cancelled, failed or done round are acked without playing."""
+        the dead-letter queue): a task whose round the store does not hold, or whose run,
+        query or rollout is not that round's. Tasks of a cancelled, failed or done round are
+        acked without playing."""
         tasks: list[EpisodeTask] = []
         for task in messages:
             if isinstance(task, RoundCommand):
@@ -205,7 +206,30 @@ class PlannerWorker:
                       "start rounds with POST /v1/rounds, or check MGRPO_DATABASE_URL"
                    for i, task in enumerate(messages)
                    if isinstance(task, EpisodeTask) and records[task.round_id] is None}
-        self._play_tasks([t for t in tasks if records[t.round_id] is not None], records)
+        refused |= self._not_of_their_round(messages, records)
+        self._play_tasks([t for i, t in enumerate(messages) if isinstance(t, EpisodeTask)
+                          and i not in refused], records)
+        return refused
+
+    def _not_of_their_round(self, messages: list, records: dict) -> dict[int, str]:
+        """Refusals of the tasks of a known, live round that name another run, or a query or
+        rollout the round does not have (one store query per round)."""
+        live = {rid for rid, record in records.items()
+                if record is not None and record.status not in ("cancelled", "failed", "done")}
+        keys = {rid: self.p.store.rollout_keys(rid, [t.query_id for t in messages
+                                                     if getattr(t, "round_id", None) == rid])
+                for rid in live}
+        refused = {}
+        for i, task in enumerate(messages):
+            if not isinstance(task, EpisodeTask) or task.round_id not in live:
+                continue
+            record = records[task.round_id]
+            if task.run_id != record.run_id:
+                refused[i] = (f"round {task.round_id!r} is of run {record.run_id!r}, the task "
+                              f"names run {task.run_id!r}")
+            elif (task.query_id, task.rollout) not in keys[task.round_id]:
+                refused[i] = (f"round {task.round_id!r} has no rollout {task.rollout} of "
+                              f"query {task.query_id!r} (k = {record.k})")
         return refused
 
     def _play_tasks(self, tasks: list[EpisodeTask], records: dict) -> None:

@@ -246,14 +246,23 @@ class SubagentWorker:
         return mix_seed(episode_seed, call.agent, call.invocation)
 
 
+HEARTBEAT_RETRY_S = 1.0  # after a failed beat: the next one this soon, not a whole period on
+
+
 def start_heartbeat(store, name: str, stop: threading.Event, every_s: float) -> None:
     """A daemon thread that marks worker ``name`` alive in the store every ``every_s`` until
-    ``stop`` is set (the API lists and waits for live workers)."""
+    ``stop`` is set (the API lists and waits for live workers). A beat that fails (a store
+    blip) is tried again after :data:`HEARTBEAT_RETRY_S`, so a worker is listed alive again
+    within a second of the database's return, not a period later."""
     def beat() -> None:
-        while not stop.wait(every_s) and not store.closed:
+        wait = every_s
+        while not stop.wait(wait) and not store.closed:
             try:
                 store.heartbeat(name)
-            except Exception:  # a store blip must not kill the worker; next beat retries
-                log.exception("heartbeat of %s failed", name)
+                wait = every_s
+            except Exception as error:  # noqa: BLE001 - a store blip must not kill the worker
+                wait = min(HEARTBEAT_RETRY_S, every_s)
+                log.warning("heartbeat of %s failed (%s: %s); trying again in %.1f s", name,
+                            type(error).__name__, error, wait)
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()

@@ -3,8 +3,12 @@
 and stored in ONE transaction per batch, a multi-row ``INSERT ... ON CONFLICT DO NOTHING``
 keyed by traj_id + attempt (a redelivery adds no row, so no claim is recorded: the handler is
 idempotent by itself), then acked. A trajectory of another model, of mismatched token arrays,
-or a message of another kind is refused (dead-letter queue, with the reason); the rest of its
-batch is stored. Round commands are accepted and only wake the trainer.
+or a message of another kind is refused (dead-letter queue, with the reason); so is a
+trajectory with a token id outside the model's vocabulary (``vocab_size``: its embedding rows,
+known once the model is loaded), one longer than ``max_tokens``
+(``models.<m>.max_trajectory_tokens``), and a DIFFERENT trajectory under an (id, attempt)
+already stored (the stored one stays; a redelivery of the same one is only acked). The rest of
+its batch is stored. Round commands are accepted and only wake the trainer.
 
 What this module does NOT do: decide readiness or train (``readiness``, ``trainer``).
 """
@@ -24,14 +28,16 @@ class TrajectoryIngest:
     """``handle_batch`` for ``consume_batches(..., claims=False)``; ``ingested()`` runs
     after every batch (the trainer's wake-up)."""
 
-    def __init__(self, store, model: str, ingested: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store, model: str, ingested: Callable[[], None] = lambda: None, *,
+                 vocab_size: int | None = None, max_tokens: int | None = None) -> None:
         self.store, self.model_name, self.ingested = store, model, ingested
+        self.vocab_size, self.max_tokens = vocab_size, max_tokens
 
     def handle_batch(self, messages: list) -> dict[int, str]:
         """Ingest a batch in ONE store transaction, then call ``ingested``. Returns the
         refused ones, {position: reason} (dead-lettered by ``consume_batches``)."""
         refused: dict[int, str] = {}
-        trajs = []
+        trajs, positions = [], []
         for i, message in enumerate(messages):
             try:
                 traj = self._accept(message)
@@ -40,8 +46,12 @@ class TrajectoryIngest:
                 continue
             if traj is not None:
                 trajs.append(traj)
-        if trajs:
-            self.store.ingest_trajectories(trajs)
+                positions.append(i)
+        for j in self.store.ingest_trajectories_checked(trajs) if trajs else ():
+            refused[positions[j]] = (
+                f"ConflictingTrajectory: another trajectory is stored as "
+                f"({trajs[j].traj_id!r}, attempt {trajs[j].attempt}); it is kept, this "
+                "different one is refused")
         self.ingested()
         return refused
 
@@ -57,4 +67,14 @@ class TrajectoryIngest:
             raise ValueError(f"trajectory {traj.traj_id!r} is of model {traj.model!r}, sent to "
                              f"trainer {self.model_name!r}; send it to trainer.{traj.model}")
         check_trajectory(traj)
+        if self.max_tokens is not None and len(traj.input_ids) > self.max_tokens:
+            raise ValueError(f"trajectory {traj.traj_id!r} has {len(traj.input_ids)} tokens, "
+                             f"over models.{self.model_name}.max_trajectory_tokens "
+                             f"({self.max_tokens})")
+        if traj.input_ids and self.vocab_size is not None:
+            low, high = min(traj.input_ids), max(traj.input_ids)
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(f"trajectory {traj.traj_id!r} has token id "
+                                 f"{low if low < 0 else high}, outside the vocabulary of "
+                                 f"{self.model_name} (0..{self.vocab_size - 1})")
         return traj

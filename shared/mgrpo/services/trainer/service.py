@@ -104,6 +104,19 @@ POLL_S = 10.0  # safety net only: readiness is checked when a batch or round com
 RETRY_S = 0.5  # after a failed pass (a training error, the store down)
 
 
+def log_failed_pass(model: str, error: Exception) -> None:
+    """Log a training pass that raised: a transient failure (the store or the broker down:
+    ``mgrpo.bus.errors``) is a WARNING without traceback, since the pass is retried and no round
+    failed; anything else an ERROR with its traceback."""
+    if is_transient(error):
+        log.warning("trainer %s: training pass interrupted by a transient failure (%s: %s); "
+                    "retried in %.1f s, no round failed", model, type(error).__name__, error,
+                    RETRY_S)
+        return
+    log.error("trainer %s: training pass failed; retried in %.1f s", model, RETRY_S,
+              exc_info=error)
+
+
 class TrainerService:
     def __init__(self, settings: Settings, cfg: RunConfig, store, bus, model: str,
                  poll_s: float = POLL_S) -> None:
@@ -116,7 +129,8 @@ class TrainerService:
         self.frozen = not cfg.models[model].trainable
         self.queues = Queues(settings.queue_prefix)
         self._wake = threading.Event()
-        self.ingest = TrajectoryIngest(store, model, ingested=self._wake.set)
+        self.ingest = TrajectoryIngest(store, model, ingested=self._wake.set,
+                                       max_tokens=cfg.models[model].max_trajectory_tokens)
         self._stop = threading.Event()
         self.lm: TrainedModel | None = None
         self.weights: RunWeights | None = None  # built by load()
@@ -143,6 +157,7 @@ class TrainerService:
             optimizer = make_optimizer(model, mcfg)
         self.lm = TrainedModel(self.model_name, model, tokenizer, engine, optimizer,
                                engine.version)
+        self.ingest.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.weights = RunWeights(self.settings, self.cfg, self.store, self.lm)
         self.rounds = RoundTraining(
             self.settings, self.cfg, self.store, self.bus, self.lm, self.roles, self.frozen,
@@ -228,8 +243,8 @@ class TrainerService:
                 continue
             try:
                 self.train_ready_rounds()
-            except Exception:  # keep serving; retried shortly (logged with traceback)
-                log.exception("trainer %s: round failed", self.model_name)
+            except Exception as error:  # noqa: BLE001 - keep serving; retried shortly
+                log_failed_pass(self.model_name, error)
                 timeout = RETRY_S
             if self._failures:  # a round's training raised: try it again shortly
                 timeout = RETRY_S

@@ -15,9 +15,10 @@ from mgrpo.services.context import round_spec
 from mgrpo.services.rounds import (
     RoundConflict,
     RoundRefused,
+    RoundTooBig,
     cancel_round,
     check_init_from,
-    played_stages,
+    check_round_size,
     round_summary,
     start_round,
 )
@@ -42,20 +43,11 @@ def _start(state, body: RoundIn) -> RoundOut:
                  if v is not None}
     cfg = state.cfg.model_copy(update=overrides)
     bench = None if is_team(cfg) else state.benchmark()  # a turn team: its world's tasks
-    if bench is None and cfg.queries_per_round > cfg.workflow.train_tasks:
-        raise RequestValidationError([{
-            "loc": ("body", "queries_per_round"), "type": "value_error",
-            "msg": f"queries_per_round={cfg.queries_per_round} is larger than the world's "
-                   f"training tasks (workflow.train_tasks: {cfg.workflow.train_tasks})"}])
-    for number, stage in played_stages(cfg) if bench is not None else ():
-        pool = len(bench.questions("train", stage=stage))
-        if cfg.queries_per_round > pool:
-            raise RequestValidationError([{
-                "loc": ("body", "queries_per_round"), "type": "value_error",
-                "msg": f"queries_per_round={cfg.queries_per_round} is larger than the training "
-                       f"pool of curriculum stage {number} ({pool} questions in "
-                       f"{cfg.bench_dir!r}, split train, benchmark stage {stage}); ask for at "
-                       f"most {pool}"}])
+    try:
+        check_round_size(cfg, bench)
+    except RoundTooBig as error:
+        raise RequestValidationError([{"loc": ("body", "queries_per_round"),
+                                       "type": "value_error", "msg": str(error)}]) from error
     try:
         if state.settings.mode == "distributed" and state.settings.round_needs_workers:
             check_init_from(state.store, cfg, body.run_id or cfg.name)  # bad input first
