@@ -10,6 +10,8 @@
 - ``kl_control``: the KL-in-reward coefficient, fixed or adaptive toward a target KL
 - ``rollout_correction``: sampler/trainer logprob mismatch, truncated importance weights
 - ``paired``: paired bootstrap interval of the accuracy difference of two systems (ablations)
+- ``vocab_logprobs``: log-probability of each label and the entropy over a large vocabulary,
+  chunked by positions (and its plain reference)
 
 No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
 """
