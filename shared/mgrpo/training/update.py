@@ -52,8 +52,13 @@ from mgrpo.training.scoring import Sample
 from mgrpo.training.update_metrics import UpdateTotals
 
 
+def _first_one(mask: list[int]) -> int:
+    return next((i for i, m in enumerate(mask) if m), len(mask))
+
+
 def pad_samples(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to (B, T): input_ids, attention_mask, response_mask, old_logprobs, advantages."""
+    """Right-pad to (B, T): input_ids, attention_mask, response_mask, old_logprobs; per row
+    (B,): advantages and response_start (the first response position)."""
     width = max(len(s.trajectory.input_ids) for s in samples)
     batch = len(samples)
     out = {
@@ -62,6 +67,9 @@ def pad_samples(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         "response_mask": torch.zeros(batch, width),
         "old_logprobs": torch.zeros(batch, width),
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        # each row's first response position, on the CPU (read without a device sync)
+        "response_start": torch.tensor([_first_one(s.trajectory.response_mask)
+                                        for s in samples], dtype=torch.long),
     }
     for i, s in enumerate(samples):
         t = s.trajectory
@@ -90,7 +98,8 @@ def has_dropout(model: torch.nn.Module) -> bool:
 
 
 def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
-                     temperature: float, parallel: DataParallel = SINGLE) -> torch.Tensor:
+                     temperature: float, parallel: DataParallel = SINGLE,
+                     logits: LogitsPlan | None = None) -> torch.Tensor:
     """logp (B, T) of ``rows`` (others 0) without gradient, in eval mode (no dropout), in
     the micro-batches the training passes use (:func:`micro_batches`). Data parallel: each
     rank runs only its share of the micro-batches (:meth:`DataParallel.mine`; padding passes
@@ -109,7 +118,7 @@ def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
         for j in range(parallel.passes(parts)):
             sel = rows[mine[j] if j < len(mine) else parts[0]]
             logp = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
-                            temperature, False)[0].float()
+                            temperature, False, logits or LogitsPlan())[0].float()
             if j < len(mine):
                 out[sel] = logp
     if hasattr(model, "train"):
@@ -154,8 +163,35 @@ def micro_batches(lengths: torch.Tensor, size: int, budget: int | None) -> list[
     return out
 
 
+@dataclass(frozen=True)
+class LogitsPlan:
+    """How a micro-batch's logprobs are computed (:func:`mgrpo.models.logprobs.token_logprobs`).
+
+    ``response_only``: logits only from the micro-batch's earliest response position on
+    (``first_position``; the prompt's logits are never read). ``chunked``: the vocabulary
+    log-softmax in chunks of positions. Both give the plain path's numbers up to float
+    rounding (tested); both off = the plain path, for comparison (``bench/update_mfu.py``)."""
+
+    response_only: bool = True
+    chunked: bool = True
+
+
+def _first_position(batch: dict, sel: torch.Tensor) -> int:
+    """The earliest response position of rows ``sel`` (at least 1; 1 for a batch without
+    a response mask: every position scored)."""
+    starts = batch.get("response_start")
+    if starts is None and "response_mask" not in batch:
+        return 1
+    if starts is None:  # a batch built elsewhere: read it from the mask (a device sync)
+        mask = batch["response_mask"][sel]
+        starts = torch.where(mask.any(dim=1), mask.argmax(dim=1), mask.shape[1])
+    else:
+        sel = sel.cpu()
+    return max(1, int(starts[sel].min()))
+
+
 def _forward(model, batch: dict, sel: torch.Tensor, trim: bool, temperature: float,
-             entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+             entropy_grad: bool, plan: LogitsPlan) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (rows ``sel``, the batch's full width T) of one micro-batch; with
     ``trim`` the forward runs on the micro-batch's own width (right padding cut) and the
     result is padded back with zeros (masked positions)."""
@@ -164,9 +200,11 @@ def _forward(model, batch: dict, sel: torch.Tensor, trim: bool, temperature: flo
     if trim:
         cut = int(attention.sum(dim=1).max())
         ids, attention = ids[:, :cut], attention[:, :cut]
+    first = _first_position(batch, sel) if plan.response_only else 1
     logp, entropy = token_logprobs(model, ids, attention, micro_batch_size=len(sel),
                                    with_entropy=True, temperature=temperature,
-                                   entropy_grad=entropy_grad)
+                                   entropy_grad=entropy_grad, first_position=first,
+                                   chunked=plan.chunked)
     pad = width - ids.shape[1]
     if pad:
         logp, entropy = (torch.nn.functional.pad(t, (0, pad)) for t in (logp, entropy))
@@ -191,7 +229,9 @@ class UpdateSpec:
     first mini-batch it is that mini-batch's own forward pass, detached (as TRL does with one
     iteration per generation): no separate no-grad pass over those rows. Only the rows of
     later mini-batches are recomputed up front (none with ``mini_batches=1``). Same numbers
-    as ``reuse_first_pass=False`` up to float rounding (tested)."""
+    as ``reuse_first_pass=False`` up to float rounding (tested).
+    ``logits``: response-only logits and the chunked vocabulary log-softmax
+    (:class:`LogitsPlan`)."""
 
     model_cfg: ModelConfig
     loss_cfg: LossConfig
@@ -201,6 +241,7 @@ class UpdateSpec:
     total_steps: int | None = None
     recompute_old: bool = True
     reuse_first_pass: bool = True
+    logits: LogitsPlan = LogitsPlan()
 
     def __post_init__(self) -> None:
         if self.loss_cfg.agg == "seq-mean-token-sum-norm" and self.norm_length is None:
@@ -263,7 +304,8 @@ class _Update:
     @classmethod
     def of(cls, samples: list[Sample], spec: UpdateSpec, parallel: DataParallel,
            device: torch.device) -> _Update:
-        batch = {k: v.to(device) for k, v in pad_samples(samples, spec.pad_id).items()}
+        batch = {k: v if k == "response_start" else v.to(device)
+                 for k, v in pad_samples(samples, spec.pad_id).items()}
         return cls(batch, batch["old_logprobs"], batch["attention_mask"].sum(dim=1).cpu(),
                    spec, parallel)
 
@@ -298,11 +340,12 @@ def _no_grad_passes(model, ref_model, run: _Update, pi_old_rows: torch.Tensor) -
     with autocast_for(spec.model_cfg, model):
         if spec.recompute_old:
             batch["old_logprobs"] = no_grad_logprobs(
-                model, batch, pi_old_rows, spec.model_cfg, spec.temperature, run.parallel
-            ) * batch["response_mask"]
+                model, batch, pi_old_rows, spec.model_cfg, spec.temperature, run.parallel,
+                spec.logits) * batch["response_mask"]
         if spec.loss_cfg.kl_in_loss():
             run.ref = no_grad_logprobs(ref_model, batch, torch.arange(len(run.rollout)),
-                                       spec.model_cfg, spec.temperature, run.parallel)
+                                       spec.model_cfg, spec.temperature, run.parallel,
+                                       spec.logits)
             if hasattr(ref_model, "reshard"):  # FSDP2 keeps the root's parameters gathered
                 ref_model.reshard()  # after a forward (for a backward): free them now
 
@@ -372,7 +415,7 @@ def _micro_batch_loss(model, run: _Update, sel: torch.Tensor, real: bool, fill_o
     batch, spec, loss_cfg = run.batch, run.spec, run.spec.loss_cfg
     with autocast_for(spec.model_cfg, model):
         logp, entropy = _forward(model, batch, sel, spec.model_cfg.micro_batch_tokens is not None,
-                                 spec.temperature, loss_cfg.entropy_coef > 0)
+                                 spec.temperature, loss_cfg.entropy_coef > 0, spec.logits)
     m = batch["response_mask"][sel]
     old = _pi_old(run, sel, logp, real, fill_old)
     return policy_loss(

@@ -78,3 +78,36 @@ def test_temperature_divides_the_logits(tiny):
     assert not torch.allclose(logp, token_logprobs(model, ids, mask).detach(), atol=1e-3)
     with pytest.raises(ValueError, match="temperature=0 must be > 0"):
         token_logprobs(model, ids, mask, temperature=0)
+
+
+@pytest.mark.parametrize("first", [1, 3, 6])
+def test_response_only_chunked_logprobs_equal_the_plain_path_with_gradients(tiny, first):
+    model, tok = tiny
+    ids, mask = right_pad(_batch([9, 6, 11], len(tok), seed=3), tok.pad_token_id)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(4))
+    results = []
+    for kwargs in ({"chunked": False}, {"first_position": first}):
+        model.zero_grad(set_to_none=True)
+        logp, ent = token_logprobs(model, ids, mask, with_entropy=True, temperature=0.8,
+                                   entropy_grad=True, **kwargs)
+        ((logp + 0.1 * ent)[:, first:] * weights[:, first:]).sum().backward()
+        results.append((logp.detach(), ent.detach(),
+                        {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp_ref, ent_ref, grads_ref), (lp, ent, grads) = results
+    assert torch.all(lp[:, :first] == 0) and torch.all(ent[:, :first] == 0)
+    torch.testing.assert_close(lp[:, first:], lp_ref[:, first:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent[:, first:], ent_ref[:, first:], atol=1e-5, rtol=0)
+    for name, grad in grads_ref.items():
+        torch.testing.assert_close(grads[name], grad, atol=5e-6, rtol=1e-4)  # summation order
+
+
+def test_response_only_logits_are_the_only_ones_computed(tiny):
+    model, tok = tiny
+    ids, mask = right_pad(_batch([10, 8], len(tok)), tok.pad_token_id)
+    shapes = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: shapes.append(out.shape[1]))
+    with torch.no_grad():
+        token_logprobs(model, ids, mask, first_position=7)
+    assert shapes == [10 - 7 + 1]  # positions 6..9: 6..8 predict tokens 7..9, 9 is dropped
+    with pytest.raises(ValueError, match="first_position=0"):
+        token_logprobs(model, ids, mask, first_position=0)
