@@ -20,12 +20,28 @@ from mgrpo.models.lora import trainable_parameters
 from mgrpo.training.config import ModelConfig
 
 
+def fused_kwargs(params: list[torch.Tensor]) -> dict[str, bool]:
+    """``{"fused": True}`` when torch's fused Adam kernel takes every parameter: plain
+    (unsharded) float tensors on the CPU or a GPU; else ``{}`` (torch's default step).
+
+    Why: one kernel per parameter instead of a dozen elementwise passes; on one CPU thread
+    it is ~6x faster than the default (for-loop) step at 135M parameters
+    (docs/benchmarks.md). The same update up to float rounding (one ulp-scale difference in
+    the weights: ``tests/unit/training/test_training_precision.py`` asserts 1e-6 after
+    five steps). FSDP2's sharded parameters (DTensors) keep the default step."""
+    plain = all(type(p.data) is torch.Tensor and p.is_floating_point()
+                and p.device.type in ("cpu", "cuda") for p in params)
+    return {"fused": True} if params and plain else {}
+
+
 def make_optimizer(model: torch.nn.Module, mcfg: ModelConfig) -> torch.optim.Optimizer:
-    """Adam over the trainable parameters (AdamW with ``weight_decay`` > 0), at ``lr``."""
-    params = trainable_parameters(model)
+    """Adam over the trainable parameters (AdamW with ``weight_decay`` > 0), at ``lr``;
+    fused where it can be (:func:`fused_kwargs`)."""
+    params = list(trainable_parameters(model))
     if mcfg.weight_decay > 0:
-        return torch.optim.AdamW(params, lr=mcfg.lr, weight_decay=mcfg.weight_decay)
-    return torch.optim.Adam(params, lr=mcfg.lr)
+        return torch.optim.AdamW(params, lr=mcfg.lr, weight_decay=mcfg.weight_decay,
+                                 **fused_kwargs(params))
+    return torch.optim.Adam(params, lr=mcfg.lr, **fused_kwargs(params))
 
 
 def prepare_for_training(model: torch.nn.Module, mcfg: ModelConfig) -> torch.nn.Module:
@@ -76,10 +92,12 @@ def autocast_for(mcfg: ModelConfig, model: torch.nn.Module):
 
 def fresh_optimizer(previous: torch.optim.Optimizer, model: torch.nn.Module,
                     lr: float) -> torch.optim.Optimizer:
-    """A new optimizer of ``previous``'s kind and settings (Adam or AdamW, its weight decay)
+    """A new optimizer of ``previous``'s kind and settings (Adam or AdamW, its weight decay,
+    fused or not)
     over ``model``'s trainable parameters, at ``lr``: no moments, no steps."""
     decay = previous.defaults.get("weight_decay", 0.0)
-    kind = type(previous)
+    kind, params = type(previous), list(trainable_parameters(model))
+    fused = fused_kwargs(params) if previous.defaults.get("fused") else {}
     if kind is torch.optim.AdamW:
-        return torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=decay)
-    return kind(trainable_parameters(model), lr=lr)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=decay, **fused)
+    return kind(params, lr=lr, **fused)

@@ -164,3 +164,31 @@ def test_bf16_checkpointed_cosine_run_trains_embedded(tmp_path, tiny_dir, bench_
     cfg = RunConfig.model_validate(data)
     assert cfg.optimizer_steps("planner") == 8
     assert run_training(cfg, progress=False).rounds == 2
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_the_fused_adam_step_equals_the_default_one(weight_decay):
+    from mgrpo.training.precision import fresh_optimizer
+
+    torch.manual_seed(0)
+    start = [torch.randn(30, 7), torch.randn(7)]
+    grads = [[torch.randn_like(w) * 10.0 ** -k for k, w in enumerate(start)] for _ in range(5)]
+    weights = []
+    for fused in (True, False):
+        params = [torch.nn.Parameter(w.clone()) for w in start]
+        model = torch.nn.ParameterList(params)
+        optimizer = make_optimizer(model, ModelConfig(path="-", lr=1e-2,
+                                                      weight_decay=weight_decay))
+        assert optimizer.defaults["fused"] is True
+        if not fused:
+            optimizer = type(optimizer)(params, lr=1e-2, weight_decay=weight_decay)
+        for step in grads:
+            for p, g in zip(params, step, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+        weights.append([p.detach().clone() for p in params])
+    for a, b in zip(*weights, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    assert fresh_optimizer(optimizer, model, 0.1).defaults["fused"] in (None, False)
+    fused_again = make_optimizer(model, ModelConfig(path="-"))
+    assert fresh_optimizer(fused_again, model, 0.1).defaults["fused"] is True
