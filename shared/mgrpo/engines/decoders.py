@@ -43,8 +43,9 @@ differ only where the draw or the argmax falls within that distance of a boundar
 What it does NOT do: sliding-window layers, rope types that depend on the sequence length
 (``dynamic``, ``longrope``), q/k norms (Qwen3), biases on o_proj or the MLP, activations other
 than SiLU, peft (LoRA) models; :func:`unsupported_reason` names the first of these a model
-has, and :func:`make_decoder` then gives a DynamicDecoder. No torch.compile and no CUDA
-graphs (see docs/benchmarks.md, "Engine", "Static KV cache").
+has, and :func:`make_decoder` then gives a DynamicDecoder. The decode step runs eagerly
+unless ``compile_options`` are given (``torch.compile`` of the step; CUDA graphs with
+``mode="reduce-overhead"``; measured by ``bench/gpu.py``); the prefill is never compiled.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class StaticDecoder:
     """
 
     def __init__(self, model, batch: int, prompt_width: int, max_new_tokens: int,
-                 fuse: bool = True):
+                 fuse: bool = True, compile_options: dict | None = None):
         self.model = model
         inner = model.model
         config = model.config
@@ -157,6 +158,13 @@ class StaticDecoder:
         self.bias = torch.zeros((batch, self.length), device=self.device, dtype=self.dtype)
         self.column = 0  # next cache column to write (the same for every row)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self._step = self._decode_step
+        if compile_options is not None:
+            # the cache is written in place every step: fixed addresses let a CUDA graph
+            # (torch.compile's "reduce-overhead" mode) replay over it instead of skipping
+            for tensor in (*self.keys, *self.values, self.bias, self.cos, self.sin):
+                torch._dynamo.mark_static_address(tensor)
+            self._step = torch.compile(self._decode_step, **compile_options)
 
     def prefill(self, input_ids: torch.Tensor, mask: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
@@ -249,6 +257,10 @@ class StaticDecoder:
         if self.column >= self.length:
             raise ValueError(f"static cache full ({self.length} columns); size it for the "
                              "batch's largest max_new_tokens")
+        return self._step(tokens)
+
+    def _decode_step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """:meth:`step`'s arithmetic (what ``compile_options`` compiles)."""
         batch, t = tokens.shape[0], self.column
         d, nh, nkv = self.head_dim, self.heads, self.kv_heads
         cos = self.cos[self.positions][:, None, :]  # (B, 1, d)
@@ -313,13 +325,17 @@ FUSE_MAX_BYTES = 256 * 2**20
 
 
 def make_decoder(model, batch: int, prompt_width: int, max_new_tokens: int,
-                 static: bool = True) -> StaticDecoder | DynamicDecoder:
+                 static: bool = True, compile_options: dict | None = None
+                 ) -> StaticDecoder | DynamicDecoder:
     """A :class:`StaticDecoder` when ``static`` and the model is supported, else a
     :class:`DynamicDecoder`. The static decoder fuses (copies) the q/k/v and gate/up weights
     only when the model's parameters take at most ``FUSE_MAX_BYTES`` (256 MiB): above that
-    the copies would cost memory and a copy per batch, and it reads the modules' weights."""
+    the copies would cost memory and a copy per batch, and it reads the modules' weights.
+    ``compile_options``: the static decoder's step goes through ``torch.compile(**options)``
+    (e.g. ``{"mode": "reduce-overhead"}``: CUDA graphs on a GPU); the dynamic one ignores
+    them."""
     if static and unsupported_reason(model) is None:
         size = sum(p.numel() * p.element_size() for p in model.parameters())
         return StaticDecoder(model, batch, prompt_width, max_new_tokens,
-                             fuse=size <= FUSE_MAX_BYTES)
+                             fuse=size <= FUSE_MAX_BYTES, compile_options=compile_options)
     return DynamicDecoder(model)

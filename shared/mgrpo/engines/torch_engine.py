@@ -68,7 +68,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, device: str = "cpu", max_batch_size: int = 64,
                  stop_at_eos: bool = True, version: int = 0, sort_free: bool = True,
-                 static_cache: bool = True):
+                 static_cache: bool = True, compile_options: dict | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         self.model = model.to(device).eval()
@@ -79,6 +79,7 @@ class TorchEngine:
         self.version = version
         self.sort_free = sort_free  # see mgrpo.engines.sampling.sample_next
         self.static_cache = static_cache  # see mgrpo.engines.decoders.StaticDecoder
+        self.compile_options = compile_options  # torch.compile of the static decode step
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
         self.refusal: str | None = None  # set by refuse_generation
@@ -182,7 +183,8 @@ class TorchEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
         steps = [r.request.params.max_new_tokens for r in live]
         decoder = make_decoder(self.model, len(live), input_ids.shape[1], max(steps),
-                               static=self.static_cache)
+                               static=self.static_cache,
+                               compile_options=self.compile_options)
         logits = decoder.prefill(input_ids, mask, positions)
         # per-row constants and every row's uniforms, built once per batch (not per token)
         sampling = RowSampling([r.request.params for r in live], logits.shape[-1],

@@ -125,3 +125,16 @@ def test_a_llama_model_without_biases_matches_too(dtype, atol):
         tokens = torch.randint(5, 300, (3,))
         a, b = static.step(tokens), dynamic.step(tokens)
         assert (a.float() - b.float()).abs().max() < atol
+
+
+def test_a_compiled_decode_step_gives_the_eager_outputs(tiny):
+    """``compile_options`` put the step through torch.compile (here its ``eager`` backend:
+    Dynamo's trace without code generation); a row leaves the batch after its first step."""
+    model, tok = tiny
+    requests = [GenerationRequest([31, 40, 52], SamplingParams(seed=7, max_new_tokens=2)),
+                GenerationRequest([33, 61], SamplingParams(seed=8, max_new_tokens=3))]
+    eager = TorchEngine(model, tok, stop_at_eos=False).generate(requests)
+    compiled = TorchEngine(model, tok, stop_at_eos=False,
+                           compile_options={"backend": "eager"}).generate(requests)
+    for c, e in zip(compiled, eager, strict=True):
+        assert c.completion_ids == e.completion_ids and c.logprobs == e.logprobs
