@@ -101,3 +101,48 @@ def fresh_optimizer(previous: torch.optim.Optimizer, model: torch.nn.Module,
     if kind is torch.optim.AdamW:
         return torch.optim.AdamW(params, lr=lr, weight_decay=decay, **fused)
     return kind(params, lr=lr, **fused)
+
+
+class MasterWeightsAdam:
+    """Adam on float32 master copies of a low-precision (bf16) model's parameters.
+
+    The model's forward and backward run in its own dtype (no autocast, no casts of the
+    weights per matmul); :meth:`step` casts the gradients to float32, steps Adam (fused where
+    it can be) on the master copies, and copies them back into the parameters, rounded. The
+    moments and the master weights stay float32, so small updates are not lost to bf16
+    rounding. Exposes what the trainer reads of an optimizer (``param_groups``, ``state``,
+    ``defaults``, ``zero_grad``, ``step``); the step count is the inner Adam's.
+
+    What it does NOT do: save or load the master copies (``state_dict``), sharded (FSDP2)
+    parameters, loss scaling (bf16 needs none).
+    """
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0):
+        self.params = [p for p in params if p.requires_grad]
+        self.master = [p.detach().float().clone() for p in self.params]
+        kind = torch.optim.AdamW if weight_decay > 0 else torch.optim.Adam
+        self.inner = kind(self.master, lr=lr, weight_decay=weight_decay,
+                          **fused_kwargs(self.master))
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    @property
+    def defaults(self):
+        return self.inner.defaults
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for master, p in zip(self.master, self.params, strict=True):
+            master.grad = None if p.grad is None else p.grad.float()
+        self.inner.step()
+        torch._foreach_copy_(self.params, self.master)

@@ -192,3 +192,25 @@ def test_the_fused_adam_step_equals_the_default_one(weight_decay):
     assert fresh_optimizer(optimizer, model, 0.1).defaults["fused"] in (None, False)
     fused_again = make_optimizer(model, ModelConfig(path="-"))
     assert fresh_optimizer(fused_again, model, 0.1).defaults["fused"] is True
+
+
+def test_master_weights_adam_steps_float32_copies_of_bf16_parameters():
+    from mgrpo.training.precision import MasterWeightsAdam, optimizer_step_count
+
+    torch.manual_seed(0)
+    start = torch.randn(40, 9)
+    grads = [torch.randn(40, 9) for _ in range(3)]
+    bf16 = torch.nn.Parameter(start.to(torch.bfloat16))
+    reference = torch.nn.Parameter(start.to(torch.bfloat16).float())
+    master, plain = MasterWeightsAdam([bf16], lr=1e-4), torch.optim.Adam([reference], lr=1e-4)
+    for g in grads:
+        bf16.grad, reference.grad = g.to(torch.bfloat16), g.to(torch.bfloat16).float()
+        master.step()
+        plain.step()
+        master.zero_grad()
+    assert bf16.dtype == torch.bfloat16 and bf16.grad is None
+    torch.testing.assert_close(master.master[0], reference.detach(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(bf16.float(), reference.detach().to(torch.bfloat16).float())
+    # updates of 1e-4 move the float32 master copy though bf16 alone would round most away
+    assert (master.master[0] != start.to(torch.bfloat16).float()).float().mean() > 0.9
+    assert optimizer_step_count(master) == 3
