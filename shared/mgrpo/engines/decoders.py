@@ -158,13 +158,9 @@ class StaticDecoder:
         self.bias = torch.zeros((batch, self.length), device=self.device, dtype=self.dtype)
         self.column = 0  # next cache column to write (the same for every row)
         self.positions = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self._step = self._decode_step
+        self._compiled, self._column = None, None  # the compiled step and its (1,) column
         if compile_options is not None:
-            # the cache is written in place every step: fixed addresses let a CUDA graph
-            # (torch.compile's "reduce-overhead" mode) replay over it instead of skipping
-            for tensor in (*self.keys, *self.values, self.bias, self.cos, self.sin):
-                torch._dynamo.mark_static_address(tensor)
-            self._step = torch.compile(self._decode_step, **compile_options)
+            self._compiled = torch.compile(self._fixed_shape_step, **compile_options)
 
     def prefill(self, input_ids: torch.Tensor, mask: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
@@ -212,6 +208,8 @@ class StaticDecoder:
         self.values = [v.index_select(0, index) for v in self.values]
         self.bias = self.bias.index_select(0, index)
         self.positions = self.positions.index_select(0, index)
+        if self._compiled is not None:  # new tensors: new addresses (a new graph)
+            self._mark_static()
 
     def _qkv(self, i: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -257,11 +255,56 @@ class StaticDecoder:
         if self.column >= self.length:
             raise ValueError(f"static cache full ({self.length} columns); size it for the "
                              "batch's largest max_new_tokens")
-        return self._step(tokens)
+        if self._compiled is None:
+            logits = self._decode_step(tokens, self.column)
+            self.positions = self.positions + 1
+        else:
+            if self._column is None:
+                self._mark_static()
+            logits = self._compiled(tokens, self._column, self.positions)
+            self._column.add_(1)
+            self.positions.add_(1)
+        self.column += 1
+        return logits
 
-    def _decode_step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """:meth:`step`'s arithmetic (what ``compile_options`` compiles)."""
-        batch, t = tokens.shape[0], self.column
+    def _mark_static(self) -> None:
+        """The compiled step's inputs at fixed addresses (written in place every step), so a
+        CUDA graph (``mode="reduce-overhead"``) replays over them instead of being skipped."""
+        self._column = torch.tensor([self.column], device=self.device)
+        self.positions = self.positions.clone()
+        for tensor in (*self.keys, *self.values, self.bias, self.cos, self.sin,
+                       self._column, self.positions):
+            torch._dynamo.mark_static_address(tensor)
+
+    def _fixed_shape_step(self, tokens: torch.Tensor, column: torch.Tensor,
+                          positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`_decode_step` with shapes that do not change from step to step (what
+        ``compile_options`` compile: one graph for every step): the column is a (1,) tensor,
+        the cache is written with ``index_copy_`` and attention reads all L columns, those
+        after ``column`` masked with -inf (they add exactly 0). Same numbers up to the order
+        of the softmax's sums."""
+        batch = tokens.shape[0]
+        d, nh, nkv, length = self.head_dim, self.heads, self.kv_heads, self.length
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        rows, groups = batch * nkv, self.groups
+        future = torch.arange(length, device=self.device) > column  # (L,)
+        bias = self.bias.masked_fill(future, float("-inf"))[:, None, None, :].expand(
+            batch, nkv, 1, length).reshape(rows, 1, length)
+        h = self.model.model.embed_tokens(tokens)
+        for i in range(len(self.layers)):
+            q, k, v = self._qkv(i, h, cos, sin)
+            self.keys[i].index_copy_(3, column, k[..., None])
+            self.values[i].index_copy_(2, column, v[:, :, None])
+            scores = torch.baddbmm(bias, q.reshape(rows, groups, d),
+                                   self.keys[i].view(rows, d, length), alpha=self.scaling)
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
+            ctx = torch.bmm(probs, self.values[i].view(rows, length, d))
+            h = self._finish_layer(i, h, ctx.view(batch, nh * d))
+        return self.model.lm_head(_rms_norm(h, self.model.model.norm))
+
+    def _decode_step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        """:meth:`step`'s arithmetic at cache column ``t``."""
+        batch = tokens.shape[0]
         d, nh, nkv = self.head_dim, self.heads, self.kv_heads
         cos = self.cos[self.positions][:, None, :]  # (B, 1, d)
         sin = self.sin[self.positions][:, None, :]
@@ -284,8 +327,6 @@ class StaticDecoder:
                 probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
             ctx = torch.bmm(probs, self.values[i][:, :, : t + 1].reshape(rows, t + 1, d))
             h = self._finish_layer(i, h, ctx.view(batch, nh * d))
-        self.column = t + 1
-        self.positions = self.positions + 1
         h = _rms_norm(h, self.model.model.norm)
         return self.model.lm_head(h)
 

@@ -128,13 +128,16 @@ def test_a_llama_model_without_biases_matches_too(dtype, atol):
 
 
 def test_a_compiled_decode_step_gives_the_eager_outputs(tiny):
-    """``compile_options`` put the step through torch.compile (here its ``eager`` backend:
-    Dynamo's trace without code generation); a row leaves the batch after its first step."""
+    """``compile_options`` put the fixed-shape step through torch.compile (here its ``eager``
+    backend: Dynamo's trace without code generation); a row leaves the batch after its first
+    step (new cache tensors, a new trace)."""
     model, tok = tiny
     requests = [GenerationRequest([31, 40, 52], SamplingParams(seed=7, max_new_tokens=2)),
                 GenerationRequest([33, 61], SamplingParams(seed=8, max_new_tokens=3))]
     eager = TorchEngine(model, tok, stop_at_eos=False).generate(requests)
     compiled = TorchEngine(model, tok, stop_at_eos=False,
                            compile_options={"backend": "eager"}).generate(requests)
-    for c, e in zip(compiled, eager, strict=True):
-        assert c.completion_ids == e.completion_ids and c.logprobs == e.logprobs
+    for c, e in zip(compiled, eager, strict=True):  # all L columns summed, masked: rounding
+        assert c.completion_ids == e.completion_ids
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(e.logprobs),
+                                   atol=1e-5, rtol=0)
