@@ -1,8 +1,10 @@
 """How close one GRPO update comes to this machine's matmul limit, at a real model's shape.
 
 A model of Qwen2-0.5B's shape (``--shape qwen2-0.5b``: 24 layers, hidden 896, MLP 4864, 14
-query / 2 key-value heads, vocabulary 151,936, tied embeddings: ~494M parameters) is built
-from its config with random weights (nothing downloaded). One GRPO update
+query / 2 key-value heads, vocabulary 151,936, tied embeddings: ~494M parameters) or of
+SmolLM2-135M-Instruct's (``--shape smollm2-135m``: a Llama, 30 layers, hidden 576, MLP 1536,
+9 / 3 heads, vocabulary 49,152, tied: 134.5M) is built from its config with random weights
+(nothing downloaded). One GRPO update
 (:func:`mgrpo.training.update.policy_update`, the trainer's own code: one mini-batch, Adam,
 pi_old from the update's own forward, entropy diagnostic) runs over a fixed batch of
 ``--batch`` sequences of ``--seq`` tokens (``--prompt`` of them prompt, the rest response,
@@ -12,9 +14,26 @@ advantages +-1). Per dtype (``--dtypes``):
 - ``bf16``: the trainer's ``dtype: bfloat16`` (``ModelConfig.dtype``): float32 master
   weights and Adam, the forward passes under ``torch.autocast(dtype=torch.bfloat16)``.
 
+and per variant (``--variants``, each dtype runs every one, side by side in one run):
+
+- ``plain``: logits at every position, the plain autograd log-softmax over the vocabulary,
+  torch's default Adam step;
+- ``response``: + logits only from the earliest response position on (``logits_to_keep``);
+- ``chunked``: + the vocabulary log-softmax in chunks of positions
+  (:mod:`mgrpo.algo.vocab_logprobs`);
+- ``fast``: + fused Adam: the trainer's own path (:class:`mgrpo.training.update.LogitsPlan`
+  defaults, :func:`mgrpo.training.precision.make_optimizer`).
+
+``speedup_over_plain`` is the plain variant's CPU seconds over the variant's. Peak memory of
+each variant's timed update: the process's peak resident set from just before it to its end
+(Linux: the peak is reset through ``/proc/self/clear_refs`` and read from ``VmHWM``),
+beside the resident set just before it (weights, Adam's state, what the allocator keeps).
+
 Model FLOPs of an update: 3 x the forward's matmul FLOPs (forward, and a backward of twice
 the forward), counting every linear layer of every token (lm_head included, the embedding
-lookup not) and causal attention (QK^T and AV over the positions each token sees). The
+lookup not) and causal attention (QK^T and AV over the positions each token sees);
+``fraction_of_peak_*_needed`` counts the lm_head only on the positions whose logits the loss
+reads (those that predict a response token), the work the update cannot skip. The
 machine's limit: the best of ``--peak-repeats`` ``torch.mm`` of two ``--peak-n`` square
 matrices in the same dtype on the same threads, measured in the same run, before and after
 the updates. Both are reported per wall second and per CPU second of this process: on a
@@ -22,9 +41,10 @@ shared machine other jobs take the cores, so the wall figures sag with the load 
 CPU-second ones (which count only the time this process ran) do not; the 1-, 5- and
 15-minute load averages are recorded around every measurement.
 
-Update 1 warms up (allocations, Adam's state); update 2 is the timed one; with ``--profile``
-a third runs under ``torch.profiler`` and the JSON gives its self CPU time per operator
-(top 15) and per kind: matmul (``mm``/``addmm``/``bmm``, attention), Adam (``_foreach_*``),
+Per variant update 1 warms up (allocations, Adam's state); update 2 is the timed one; with
+``--profile`` one more of the last variant runs under ``torch.profiler`` and the JSON gives
+its self CPU time per operator (top 15) and per kind: matmul (``mm``/``addmm``/``bmm``,
+attention), Adam (``_foreach_*``, ``_fused_adam``), the
 log-softmax and entropy over the vocabulary, and the rest.
 
 ``--device cuda`` measures a GPU the same way (the clocks synchronised around each timing).
@@ -37,6 +57,7 @@ Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/update_mfu.py [--shape qwen2-0.5b] [--batch 4]
         [--seq 256] [--prompt 64] [--micro-batch 2] [--dtypes fp32 bf16] [--profile]
+        [--variants plain response chunked fast]
     .venv/bin/python bench/update_mfu.py --smoke    # the tiny shape, seconds (the test's)
 """
 
@@ -63,32 +84,45 @@ SHAPES = {
     "qwen2-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                        tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6),
+    # HuggingFaceTB/SmolLM2-135M-Instruct's config.json (a LlamaForCausalLM)
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         tie_word_embeddings=True, rope_theta=100_000.0, rms_norm_eps=1e-5),
     "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                  rope_theta=10_000.0, rms_norm_eps=1e-6),
 }
+LLAMA_SHAPES = {"smollm2-135m"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+VARIANTS = ("plain", "response", "chunked", "fast")
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
               "aten::_scaled_dot_product", "aten::_flash_attention", "aten::linear_backward")
 VOCAB_OPS = ("aten::logsumexp", "aten::_softmax", "aten::_log_softmax", "aten::gather",
              "aten::softmax")
-VOCAB_BACKWARD = ("LogsumexpBackward", "GatherBackward", "SoftmaxBackward")
+VOCAB_BACKWARD = ("LogsumexpBackward", "GatherBackward", "SoftmaxBackward",
+                  "_ChunkedLogprobs")
 
 
 def build_model(shape: str, device: str) -> torch.nn.Module:
-    """A Qwen2ForCausalLM of ``shape`` with random weights (seed 0), float32."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """A Qwen2ForCausalLM (LlamaForCausalLM for :data:`LLAMA_SHAPES`) of ``shape`` with
+    random weights (seed 0), float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if shape in LLAMA_SHAPES \
+        else (Qwen2Config, Qwen2ForCausalLM)
     torch.manual_seed(0)
-    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096,
-                         attn_implementation="sdpa")
-    return Qwen2ForCausalLM(config).to(device)
+    config = config_cls(**SHAPES[shape], max_position_embeddings=4096,
+                        attn_implementation="sdpa")
+    return model_cls(config).to(device)
 
 
-def update_flops(shape: str, batch: int, seq: int) -> dict[str, float]:
+def update_flops(shape: str, batch: int, seq: int, prompt: int | None = None
+                 ) -> dict[str, float]:
     """Model FLOPs of one forward + backward over ``batch`` x ``seq`` tokens (see the module
     docstring): per token 2 x the linear layers' weights; per sequence and layer causal
-    attention's QK^T and AV, 2 x 2 x (query heads x head dim) x seq (seq + 1) / 2; x 3."""
+    attention's QK^T and AV, 2 x 2 x (query heads x head dim) x seq (seq + 1) / 2; x 3.
+    ``update_needed``: the lm_head only on the ``seq - prompt`` positions that predict a
+    response token (with ``prompt``)."""
     s = SHAPES[shape]
     d, heads, kv = s["hidden_size"], s["num_attention_heads"], s["num_key_value_heads"]
     head_dim = d // heads
@@ -98,9 +132,11 @@ def update_flops(shape: str, batch: int, seq: int) -> dict[str, float]:
     forward_linear = 2.0 * linear * batch * seq
     forward_attention = (4.0 * heads * head_dim * seq * (seq + 1) / 2
                          * s["num_hidden_layers"] * batch)
+    skipped_head = 2.0 * d * s["vocab_size"] * batch * (prompt if prompt is not None else 0)
     return {"matmul_parameters": linear, "forward": forward_linear + forward_attention,
             "attention_share": forward_attention / (forward_linear + forward_attention),
-            "update": 3.0 * (forward_linear + forward_attention)}
+            "update": 3.0 * (forward_linear + forward_attention),
+            "update_needed": 3.0 * (forward_linear + forward_attention - skipped_head)}
 
 
 def synchronize(device: str) -> None:
@@ -180,42 +216,123 @@ def profile_kinds(prof, top: int = 15) -> dict:
                          "calls": c} for n, s, c in rows[:top]]}
 
 
-def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> dict:
-    """One dtype: the matmul peak, warm-up update, timed update, peak again, profile."""
+def _status_kb(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set to its current one (Linux ``clear_refs``);
+    False where that is not possible (then only the whole run's peak is known)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory_of(fn, device: str) -> tuple[dict, dict]:
+    """Run ``fn`` (timed): its timing and its memory: resident set before, peak during
+    (GiB; on a GPU the allocator's peak)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 2**30
+        run = timed(fn, device)
+        return run, {"kind": "cuda_max_memory_allocated", "before_gb": round(before, 3),
+                     "peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+    reset = reset_peak_rss()
+    before = _status_kb("VmRSS")
+    run = timed(fn, device)
+    peak = _status_kb("VmHWM") if reset else None
+    if peak is None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return run, {"kind": "VmHWM after clear_refs" if reset else "ru_maxrss (whole run)",
+                 "before_gb": None if before is None else round(before / 2**20, 3),
+                 "peak_gb": round(peak / 2**20, 3),
+                 "peak_over_before_gb": None if before is None
+                 else round((peak - before) / 2**20, 3)}
+
+
+def _variant(name: str, model, lr: float = 1e-6):
+    """The variant's logits plan and optimizer (see the module docstring)."""
+    from mgrpo.training.config import ModelConfig
+    from mgrpo.training.precision import make_optimizer
+    from mgrpo.training.update import LogitsPlan
+
+    plans = {"plain": LogitsPlan(response_only=False, chunked=False),
+             "response": LogitsPlan(response_only=True, chunked=False),
+             "chunked": LogitsPlan(), "fast": LogitsPlan()}
+    if name == "fast":
+        optimizer = make_optimizer(model, ModelConfig(path="-", lr=lr))
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    return plans[name], optimizer
+
+
+def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> list[dict]:
+    """One dtype: the matmul peak, then per variant a warm-up update and a timed one (its
+    memory), the peak again, a profile of the last variant."""
     from mgrpo.training.config import LossConfig, ModelConfig
     from mgrpo.training.update import UpdateSpec, policy_update
 
     dtype = DTYPES[dtype_name]
     peak_before = matmul_peak(dtype, args.peak_n, args.peak_repeats, args.device)
     model = build_model(args.shape, args.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
     mcfg = ModelConfig(path="-", micro_batch_size=args.micro_batch,
                        dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
+    runs, profile = {}, None
+    for variant in args.variants:
+        plan, optimizer = _variant(variant, model)
 
-    def update() -> None:
-        policy_update(model, optimizer, samples, UpdateSpec(mcfg, LossConfig(), pad_id=0),
-                      generator=torch.Generator().manual_seed(0))
+        def update(plan=plan, optimizer=optimizer) -> None:
+            policy_update(model, optimizer, samples,
+                          UpdateSpec(mcfg, LossConfig(), pad_id=0, logits=plan),
+                          generator=torch.Generator().manual_seed(0))
 
-    warmup = timed(update, args.device)
-    run = timed(update, args.device)
+        warmup = timed(update, args.device)
+        runs[variant] = (warmup, *memory_of(update, args.device))
+        if args.profile and variant == args.variants[-1]:
+            profile = profile_update(update)
+        del update, optimizer  # its Adam state: the next variant's memory does not hold it
     peak_after = matmul_peak(dtype, args.peak_n, args.peak_repeats, args.device)
-    profile = None
-    if args.profile:
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as torch_profile
-
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            update()
-        profile = profile_kinds(prof)
     peak_wall = max(peak_before["flops_per_wall_s"], peak_after["flops_per_wall_s"])
     peak_cpu = max(peak_before["flops_per_cpu_s"], peak_after["flops_per_cpu_s"])
+    base_cpu = runs[args.variants[0]][1]["cpu_s"]
+    return [_row(dtype_name, variant, warmup, run, memory, flops, peak_wall, peak_cpu,
+                 peak_before, peak_after, base_cpu,
+                 profile if variant == args.variants[-1] else None)
+            for variant, (warmup, run, memory) in runs.items()]
+
+
+def profile_update(update) -> dict:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        update()
+    return profile_kinds(prof)
+
+
+def _row(dtype_name, variant, warmup, run, memory, flops, peak_wall, peak_cpu, peak_before,
+         peak_after, base_cpu, profile) -> dict:
     wall_rate = flops["update"] / run["wall_s"]
     cpu_rate = flops["update"] / max(run["cpu_s"], 1e-9)
-    return {"dtype": dtype_name, "warmup_update": warmup, "update": run,
-            "model_flops_per_wall_s": wall_rate, "model_flops_per_cpu_s": cpu_rate,
+    needed_cpu_rate = flops["update_needed"] / max(run["cpu_s"], 1e-9)
+    return {"dtype": dtype_name, "variant": variant, "warmup_update": warmup, "update": run,
+            "memory": memory, "model_flops_per_wall_s": wall_rate,
+            "model_flops_per_cpu_s": cpu_rate,
             "matmul_peak_before": peak_before, "matmul_peak_after": peak_after,
             "fraction_of_peak_wall": wall_rate / peak_wall,
             "fraction_of_peak_cpu": cpu_rate / peak_cpu,
+            "fraction_of_peak_wall_needed": flops["update_needed"] / run["wall_s"] / peak_wall,
+            "fraction_of_peak_cpu_needed": needed_cpu_rate / peak_cpu,
+            "speedup_over_plain": base_cpu / max(run["cpu_s"], 1e-9),
             # the process had the core this share of the update's wall time (1 thread)
             "cpu_over_wall": run["cpu_s"] / run["wall_s"], "profile": profile}
 
@@ -251,7 +368,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp32", "bf16"])
     parser.add_argument("--peak-n", type=int, default=2048)
     parser.add_argument("--peak-repeats", type=int, default=5)
-    parser.add_argument("--profile", action="store_true", help="profile a third update")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="the first is the baseline of speedup_over_plain")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one more update of the last variant")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny shape at a few tokens, profiled (seconds)")
@@ -267,18 +387,21 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device == "cpu" and have is not None and need > have:
         parser.error(f"{args.shape} at {args.batch}x{args.seq} needs ~{need:.1f} GB, "
                      f"{have:.1f} GB available: lower --batch/--micro-batch or wait")
-    flops = update_flops(args.shape, args.batch, args.seq)
+    flops = update_flops(args.shape, args.batch, args.seq, args.prompt)
     samples = make_samples(args.batch, args.seq, args.prompt, SHAPES[args.shape]["vocab_size"])
     rows = []
     for name in args.dtypes:
-        rows.append(measure_dtype(args, name, samples, flops))
-        print(json.dumps({k: rows[-1][k] for k in ("dtype", "fraction_of_peak_wall",
-                                                   "fraction_of_peak_cpu", "cpu_over_wall")}),
-              flush=True)
+        for row in measure_dtype(args, name, samples, flops):
+            rows.append(row)
+            print(json.dumps({k: row[k] for k in (
+                "dtype", "variant", "fraction_of_peak_cpu", "fraction_of_peak_cpu_needed",
+                "speedup_over_plain", "cpu_over_wall")} | {"memory": row["memory"]}),
+                flush=True)
     result = {
         "bench": "update_mfu", "shape": args.shape, "config": SHAPES[args.shape],
         "batch": args.batch, "seq": args.seq, "prompt": args.prompt,
         "micro_batch": args.micro_batch, "tokens": args.batch * args.seq,
+        "response_tokens": args.batch * (args.seq - args.prompt), "variants": args.variants,
         "flops": flops, "device": args.device, "memory_estimate_gb": round(need, 2),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "torch": torch.__version__, "threads": torch.get_num_threads(),

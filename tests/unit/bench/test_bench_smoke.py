@@ -120,9 +120,14 @@ def test_api_load(tmp_path):
 def test_update_mfu_tiny_shape(tmp_path):
     run_bench("update_mfu.py", "--smoke", "--out", str(tmp_path / "r.json"))
     result = read_json(tmp_path / "r.json")
-    assert result["shape"] == "tiny" and [r["dtype"] for r in result["rows"]] == ["fp32", "bf16"]
-    for row in result["rows"]:
+    rows = result["rows"]
+    assert result["shape"] == "tiny" and [(r["dtype"], r["variant"]) for r in rows] == [
+        (d, v) for d in ("fp32", "bf16") for v in ("plain", "response", "chunked", "fast")]
+    for row in rows:
         assert row["model_flops_per_cpu_s"] > 0 and row["matmul_peak_after"]["n"] == 128
+        assert row["fraction_of_peak_cpu_needed"] < row["fraction_of_peak_cpu"]
+        assert row["memory"]["peak_gb"] > 0 and row["speedup_over_plain"] > 0
+    for row in (rows[3], rows[7]):  # the last variant of each dtype is profiled
         assert sum(row["profile"]["share_by_kind"].values()) == pytest.approx(1, abs=1e-3)
 
 
