@@ -6,15 +6,25 @@ vocabulary 151936, tied embeddings) built from its config with random weights: n
 no network. Random weights decide nothing measured here (every row generates exactly
 ``--new-tokens``, EOS ignored). The rows:
 
-- ``engine``: per batch size (1, 8, 64), generated tokens per second of ``TorchEngine`` and of
-  Hugging Face ``generate`` (sampling at temperature 1, same prompts, same lengths), after one
-  warm-up call each; weights in bfloat16 on the GPU.
+- ``engine``: per batch size (1, 8, 64), generated tokens per second of ``TorchEngine``
+  (eager, and with its decode step through ``torch.compile`` with ``--compile-mode``,
+  default ``reduce-overhead``: CUDA graphs) and of Hugging Face ``generate`` (sampling at
+  temperature 1, same prompts, same lengths), after one warm-up call each (the compiled
+  engine's warm-up compiles and records: ``compile_warmup_s``); weights in bfloat16 on the
+  GPU. A compile that fails is recorded (``compiled_error``), not fatal.
+- ``matmul_peak_bf16``: the best FLOP/s of a few ``torch.mm`` of two ``--peak-n`` square
+  bf16 matrices, measured here (on the device the table's peak is a datasheet's).
 - ``update``: one :func:`mgrpo.training.update.policy_update` step (float32 master weights,
   bfloat16 autocast, Adam) on ``--update-batch`` sequences of ``--prompt-len`` +
   ``--new-tokens`` tokens; ``mfu`` = model FLOPs / time / the device's peak bf16 dense FLOPs
   (``PEAK_BF16``; None when the device is not listed), model FLOPs per trained token
   ``6 N + 12 L H S`` (PaLM, appendix B; N the matmul parameters, LM head included, L layers,
   H hidden size, S sequence length; gradient-checkpointing recompute not counted).
+- ``update_bf16_master``: the same update with the model's parameters in bfloat16 (no
+  autocast: no casts of the weights per matmul) and Adam on float32 master copies
+  (:class:`mgrpo.training.precision.MasterWeightsAdam`); the vocabulary log-softmax is the
+  trainer's chunked one in both rows. ``fraction_of_measured_peak``: model FLOPs / time /
+  ``matmul_peak_bf16``.
 - ``fsdp2``: the same step with the model sharded by FSDP2 (``fully_shard`` per decoder layer
   and the root, the rank trainer's layout) in a process group of one (NCCL on a GPU, gloo on
   CPU).
@@ -22,7 +32,8 @@ no network. Random weights decide nothing measured here (every row generates exa
   RSS, which only grows).
 
 ``--tiny`` uses a 2-layer, 64-wide shape on CPU (float32 weights, bf16 autocast in the
-update) so ``make test`` runs this file in seconds (``tests/unit/bench/test_bench_gpu.py``)
+update; the compiled engine on torch.compile's ``eager`` backend, Dynamo's trace without code
+generation) so ``make test`` runs this file in seconds (``tests/unit/bench/test_bench_gpu.py``)
 and it never rots; its figures say nothing about a GPU.
 
 Usage::
@@ -108,8 +119,31 @@ def _timed(fn, device: str) -> float:
     return time.perf_counter() - start
 
 
+def matmul_peak(device: str, n: int, repeats: int = 5) -> dict:
+    """The best bf16 FLOP/s of ``repeats`` ``torch.mm`` of two n x n matrices."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=torch.bfloat16)
+            for _ in range(2))
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b), device) for _ in range(repeats))
+    return {"n": n, "repeats": repeats, "flops_per_s": 2.0 * n ** 3 / best}
+
+
+def _compiled_row(model, device: str, batch: int, requests, compile_options: dict,
+                  tokens: int) -> dict:
+    """Tokens/s of a TorchEngine whose decode step is compiled; the warm-up compiles."""
+    engine = TorchEngine(model, IdTokenizer(), device=device, max_batch_size=batch,
+                         stop_at_eos=False, compile_options=compile_options)
+    try:
+        warmup = _timed(lambda: engine.generate(requests), device)
+        seconds = _timed(lambda: engine.generate(requests), device)
+    except Exception as error:  # noqa: BLE001 - a backend that cannot compile is a figure
+        return {"compiled_error": f"{type(error).__name__}: {str(error)[:300]}"}
+    return {"torch_engine_compiled_tok_s": tokens / seconds, "compile_warmup_s": warmup}
+
+
 def engine_rows(model, device: str, batches: list[int], prompt_len: int, new_tokens: int,
-                vocab: int) -> list[dict]:
+                vocab: int, compile_options: dict) -> list[dict]:
     engine = TorchEngine(model, IdTokenizer(), device=device, max_batch_size=max(batches),
                          stop_at_eos=False)
     rows = []
@@ -135,9 +169,13 @@ def engine_rows(model, device: str, batches: list[int], prompt_len: int, new_tok
         _reset_peak(device)
         ours_s, hf_s = _timed(ours, device), _timed(hf, device)
         tokens = batch * new_tokens
-        rows.append({"batch": batch, "torch_engine_tok_s": tokens / ours_s,
-                     "hf_generate_tok_s": tokens / hf_s, "engine_over_hf": hf_s / ours_s,
-                     "peak_mem_gb": _peak_gb(device)})
+        row = {"batch": batch, "torch_engine_tok_s": tokens / ours_s,
+               "hf_generate_tok_s": tokens / hf_s, "engine_over_hf": hf_s / ours_s,
+               "peak_mem_gb": _peak_gb(device)}
+        row.update(_compiled_row(model, device, batch, requests, compile_options, tokens))
+        if "torch_engine_compiled_tok_s" in row:
+            row["compiled_over_hf"] = row["torch_engine_compiled_tok_s"] * hf_s / tokens
+        rows.append(row)
     return rows
 
 
@@ -172,19 +210,23 @@ def _samples(batch: int, prompt_len: int, new_tokens: int, vocab: int) -> list:
 
 
 def update_row(model, device: str, samples: list, micro_batch: int, checkpointing: bool,
-               shard: bool) -> dict:
+               shard: bool, bf16_master: bool = False, peak: dict | None = None) -> dict:
+    """One timed update (after a warm-up). ``bf16_master``: ``model`` is in bfloat16, no
+    autocast, Adam on float32 master copies; else float32 weights under bf16 autocast."""
     from mgrpo.training.config import LossConfig, ModelConfig
-    from mgrpo.training.precision import make_optimizer, prepare_for_training
+    from mgrpo.training.precision import MasterWeightsAdam, make_optimizer, prepare_for_training
     from mgrpo.training.update import UpdateSpec, policy_update
 
     mcfg = ModelConfig(path="random", lr=1e-6, micro_batch_size=micro_batch,
-                       dtype="bfloat16", gradient_checkpointing=checkpointing)
+                       dtype="float32" if bf16_master else "bfloat16",
+                       gradient_checkpointing=checkpointing)
     prepare_for_training(model, mcfg)
     if shard:
         from mgrpo.parallel.sharding import shard as fsdp2
 
         fsdp2(model, "fsdp", device)
-    optimizer = make_optimizer(model, mcfg)
+    optimizer = MasterWeightsAdam(model.parameters(), lr=mcfg.lr) if bf16_master \
+        else make_optimizer(model, mcfg)
     _reset_peak(device)
 
     def step():
@@ -196,9 +238,13 @@ def update_row(model, device: str, samples: list, micro_batch: int, checkpointin
     tokens = sum(len(s.trajectory.input_ids) for s in samples)
     flops = model_flops(model, tokens, len(samples[0].trajectory.input_ids))
     name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
-    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    table_peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    measured = peak
     return {"tokens": tokens, "seconds": seconds, "tflops": flops / seconds / 1e12,
-            "mfu": None if peak is None else flops / seconds / peak,
+            "mfu": None if table_peak is None else flops / seconds / table_peak,
+            "fraction_of_measured_peak": None if measured is None
+            else flops / seconds / measured["flops_per_s"],
+            "bf16_master": bf16_master,
             "peak_mem_gb": _peak_gb(device), "gradient_checkpointing": checkpointing}
 
 
@@ -232,6 +278,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--micro-batch", type=int, default=None)
     parser.add_argument("--checkpointing", action="store_true",
                         help="gradient checkpointing in the update rows")
+    parser.add_argument("--compile-mode", default="reduce-overhead",
+                        help="torch.compile mode of the compiled engine's decode step")
+    parser.add_argument("--peak-n", type=int, default=None, help="bf16 matmul peak size")
     args = parser.parse_args(argv)
     tiny = args.tiny
     device = args.device or ("cpu" if tiny else "cuda")
@@ -247,18 +296,26 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     gen_dtype = torch.float32 if device == "cpu" else torch.bfloat16
     model = build_model(shape, gen_dtype, device)
+    compile_options = {"backend": "eager"} if device == "cpu" else {"mode": args.compile_mode}
     out = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
            "shape": "tiny" if tiny else "qwen2-0.5b",
            "params": sum(p.numel() for p in model.parameters()),
            "torch": torch.__version__, "prompt_len": prompt_len, "new_tokens": new_tokens,
+           "compile_options": compile_options, "load_avg_start": list(os.getloadavg()),
            "engine": engine_rows(model, device, batches, prompt_len, new_tokens,
-                                 shape["vocab_size"])}
+                                 shape["vocab_size"], compile_options)}
     del model
+    peak = matmul_peak(device, args.peak_n or (256 if device == "cpu" else 8192))
+    out["matmul_peak_bf16"] = peak
     samples = _samples(update_batch, prompt_len, new_tokens, shape["vocab_size"])
     out["update"] = update_row(build_model(shape, torch.float32, device), device, samples,
-                               args.micro_batch, args.checkpointing, shard=False)
+                               args.micro_batch, args.checkpointing, shard=False, peak=peak)
+    out["update_bf16_master"] = update_row(
+        build_model(shape, torch.bfloat16, device), device, samples, args.micro_batch,
+        args.checkpointing, shard=False, bf16_master=True, peak=peak)
     out["fsdp2"] = fsdp2_row(args, shape, device, samples)
     out["wall_s"] = time.perf_counter() - started
+    out["load_avg_end"] = list(os.getloadavg())
     print(json.dumps(out))
     return out
 

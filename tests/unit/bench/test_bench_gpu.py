@@ -37,9 +37,13 @@ def test_tiny_run_prints_one_json_line_with_every_row():
     assert [row["batch"] for row in out["engine"]] == [2, 4]
     for row in out["engine"]:
         assert row["torch_engine_tok_s"] > 0 and row["hf_generate_tok_s"] > 0
-    for key in ("update", "fsdp2"):
+        assert row["torch_engine_compiled_tok_s"] > 0 and row["compiled_over_hf"] > 0
+    assert out["compile_options"] == {"backend": "eager"} and out["matmul_peak_bf16"]["n"] == 256
+    for key in ("update", "update_bf16_master", "fsdp2"):
         assert out[key]["tokens"] == 8 * 16 and out[key]["seconds"] > 0
         assert out[key]["tflops"] > 0 and out[key]["mfu"] is None  # no CPU peak is claimed
+    assert out["update_bf16_master"]["bf16_master"] is True
+    assert out["update_bf16_master"]["fraction_of_measured_peak"] > 0
     assert out["fsdp2"]["backend"] == "gloo" and out["fsdp2"]["world_size"] == 1
 
 
