@@ -59,6 +59,9 @@ Usage::
         [--seq 256] [--prompt 64] [--micro-batch 2] [--dtypes fp32 bf16] [--profile]
         [--variants plain response chunked fast]
     .venv/bin/python bench/update_mfu.py --smoke    # the tiny shape, seconds (the test's)
+
+``--adam`` also times one Adam step over the model's parameters per implementation (torch's
+default, ``foreach``, ``fused``): the optimizer's share without the update's noise.
 """
 
 from __future__ import annotations
@@ -310,6 +313,24 @@ def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> list[dic
             for variant, (warmup, run, memory) in runs.items()]
 
 
+def adam_steps(shape: str, device: str) -> dict:
+    """CPU and wall seconds of one Adam step over the model's parameters (gradients set,
+    after one untimed step), per implementation: torch's default, ``foreach``, ``fused``."""
+    model = build_model(shape, device)
+    params = list(model.parameters())
+    gen = torch.Generator().manual_seed(2)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(device)
+    out = {"parameters": sum(p.numel() for p in params)}
+    for name, kwargs in (("default", {}), ("foreach", {"foreach": True}),
+                         ("fused", {"fused": True})):
+        optimizer = torch.optim.Adam(params, lr=1e-6, **kwargs)
+        optimizer.step()
+        out[name] = timed(optimizer.step, device)
+        del optimizer
+    return out
+
+
 def profile_update(update) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -372,6 +393,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="the first is the baseline of speedup_over_plain")
     parser.add_argument("--profile", action="store_true",
                         help="profile one more update of the last variant")
+    parser.add_argument("--adam", action="store_true",
+                        help="also time one Adam step per implementation (adam_step)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny shape at a few tokens, profiled (seconds)")
@@ -379,7 +402,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.smoke:
         args.shape, args.batch, args.seq, args.prompt, args.micro_batch = "tiny", 2, 16, 4, 1
-        args.peak_n, args.peak_repeats, args.profile = 128, 2, True
+        args.peak_n, args.peak_repeats, args.profile, args.adam = 128, 2, True, True
     if not 0 < args.prompt < args.seq:
         parser.error(f"--prompt {args.prompt} must be in 1..{args.seq - 1} (--seq)")
     need, have = memory_needed_gb(args.shape, args.batch, args.seq, args.micro_batch), \
@@ -409,7 +432,8 @@ def main(argv: list[str] | None = None) -> dict:
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": argv if argv is not None else sys.argv[1:], "rows": rows}
+        "argv": argv if argv is not None else sys.argv[1:], "rows": rows,
+        "adam_step": adam_steps(args.shape, args.device) if args.adam else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     return result

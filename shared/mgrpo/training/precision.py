@@ -24,9 +24,9 @@ def fused_kwargs(params: list[torch.Tensor]) -> dict[str, bool]:
     """``{"fused": True}`` when torch's fused Adam kernel takes every parameter: plain
     (unsharded) float tensors on the CPU or a GPU; else ``{}`` (torch's default step).
 
-    Why: one kernel per parameter instead of a dozen elementwise passes; on one CPU thread
-    it is ~6x faster than the default (for-loop) step at 135M parameters
-    (docs/benchmarks.md). The same update up to float rounding (one ulp-scale difference in
+    Why: one kernel per parameter instead of a dozen elementwise passes, several times
+    faster than the default (for-loop) step on one CPU thread (docs/benchmarks.md, the
+    SmolLM2-135M update). The same update up to float rounding (an ulp-scale difference in
     the weights: ``tests/unit/training/test_training_precision.py`` asserts 1e-6 after
     five steps). FSDP2's sharded parameters (DTensors) keep the default step."""
     plain = all(type(p.data) is torch.Tensor and p.is_floating_point()

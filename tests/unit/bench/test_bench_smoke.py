@@ -127,6 +127,7 @@ def test_update_mfu_tiny_shape(tmp_path):
         assert row["model_flops_per_cpu_s"] > 0 and row["matmul_peak_after"]["n"] == 128
         assert row["fraction_of_peak_cpu_needed"] < row["fraction_of_peak_cpu"]
         assert row["memory"]["peak_gb"] > 0 and row["speedup_over_plain"] > 0
+    assert {"default", "foreach", "fused"} <= set(result["adam_step"])
     for row in (rows[3], rows[7]):  # the last variant of each dtype is profiled
         assert sum(row["profile"]["share_by_kind"].values()) == pytest.approx(1, abs=1e-3)
 
