@@ -44,11 +44,11 @@ import torch
 
 from mgrpo.algo import policy_loss
 from mgrpo.algo.rollout_correction import is_weight_metrics, rollout_is_weights, rollout_mismatch
-from mgrpo.models.logprobs import token_logprobs
 from mgrpo.parallel.sharding import SINGLE, DataParallel
 from mgrpo.training.config import LossConfig, ModelConfig, RunConfig
 from mgrpo.training.precision import autocast_for, set_step_lr
 from mgrpo.training.scoring import Sample
+from mgrpo.training.update_forward import LogitsPlan, forward_logprobs
 from mgrpo.training.update_metrics import UpdateTotals
 
 
@@ -117,8 +117,8 @@ def no_grad_logprobs(model, batch: dict, rows: torch.Tensor, mcfg: ModelConfig,
     with torch.no_grad():
         for j in range(parallel.passes(parts)):
             sel = rows[mine[j] if j < len(mine) else parts[0]]
-            logp = _forward(model, batch, sel, mcfg.micro_batch_tokens is not None,
-                            temperature, False, logits or LogitsPlan())[0].float()
+            logp = forward_logprobs(model, batch, sel, mcfg.micro_batch_tokens is not None,
+                                    temperature, False, logits or LogitsPlan())[0].float()
             if j < len(mine):
                 out[sel] = logp
     if hasattr(model, "train"):
@@ -161,54 +161,6 @@ def micro_batches(lengths: torch.Tensor, size: int, budget: int | None) -> list[
         out.append(slice(start, end))
         start = end
     return out
-
-
-@dataclass(frozen=True)
-class LogitsPlan:
-    """How a micro-batch's logprobs are computed (:func:`mgrpo.models.logprobs.token_logprobs`).
-
-    ``response_only``: logits only from the micro-batch's earliest response position on
-    (``first_position``; the prompt's logits are never read). ``chunked``: the vocabulary
-    log-softmax in chunks of positions. Both give the plain path's numbers up to float
-    rounding (tested); both off = the plain path, for comparison (``bench/update_mfu.py``)."""
-
-    response_only: bool = True
-    chunked: bool = True
-
-
-def _first_position(batch: dict, sel: torch.Tensor) -> int:
-    """The earliest response position of rows ``sel`` (at least 1; 1 for a batch without
-    a response mask: every position scored)."""
-    starts = batch.get("response_start")
-    if starts is None and "response_mask" not in batch:
-        return 1
-    if starts is None:  # a batch built elsewhere: read it from the mask (a device sync)
-        mask = batch["response_mask"][sel]
-        starts = torch.where(mask.any(dim=1), mask.argmax(dim=1), mask.shape[1])
-    else:
-        sel = sel.cpu()
-    return max(1, int(starts[sel].min()))
-
-
-def _forward(model, batch: dict, sel: torch.Tensor, trim: bool, temperature: float,
-             entropy_grad: bool, plan: LogitsPlan) -> tuple[torch.Tensor, torch.Tensor]:
-    """logp and entropy (rows ``sel``, the batch's full width T) of one micro-batch; with
-    ``trim`` the forward runs on the micro-batch's own width (right padding cut) and the
-    result is padded back with zeros (masked positions)."""
-    ids, attention = batch["input_ids"][sel], batch["attention_mask"][sel]
-    width = ids.shape[1]
-    if trim:
-        cut = int(attention.sum(dim=1).max())
-        ids, attention = ids[:, :cut], attention[:, :cut]
-    first = _first_position(batch, sel) if plan.response_only else 1
-    logp, entropy = token_logprobs(model, ids, attention, micro_batch_size=len(sel),
-                                   with_entropy=True, temperature=temperature,
-                                   entropy_grad=entropy_grad, first_position=first,
-                                   chunked=plan.chunked)
-    pad = width - ids.shape[1]
-    if pad:
-        logp, entropy = (torch.nn.functional.pad(t, (0, pad)) for t in (logp, entropy))
-    return logp, entropy
 
 
 @dataclass(frozen=True)
@@ -414,8 +366,9 @@ def _micro_batch_loss(model, run: _Update, sel: torch.Tensor, real: bool, fill_o
     (:func:`_rollout_is`), the KL against the reference's logprobs."""
     batch, spec, loss_cfg = run.batch, run.spec, run.spec.loss_cfg
     with autocast_for(spec.model_cfg, model):
-        logp, entropy = _forward(model, batch, sel, spec.model_cfg.micro_batch_tokens is not None,
-                                 spec.temperature, loss_cfg.entropy_coef > 0, spec.logits)
+        logp, entropy = forward_logprobs(
+            model, batch, sel, spec.model_cfg.micro_batch_tokens is not None,
+            spec.temperature, loss_cfg.entropy_coef > 0, spec.logits)
     m = batch["response_mask"][sel]
     old = _pi_old(run, sel, logp, real, fill_old)
     return policy_loss(
