@@ -230,8 +230,9 @@ def update_row(model, device: str, samples: list, micro_batch: int, checkpointin
     _reset_peak(device)
 
     def step():
-        policy_update(model, optimizer, samples, UpdateSpec(mcfg, LossConfig(), pad_id=0),
-                      generator=torch.Generator().manual_seed(0))
+        # rollout_is: the sampler's logprobs here are made up, so no correction
+        spec = UpdateSpec(mcfg, LossConfig(rollout_is="none"), pad_id=0)
+        policy_update(model, optimizer, samples, spec, generator=torch.Generator().manual_seed(0))
 
     step()  # warm-up (allocator, Adam state)
     seconds = _timed(step, device)

@@ -295,7 +295,8 @@ def measure_dtype(args, dtype_name: str, samples: list, flops: dict) -> list[dic
 
         def update(plan=plan, optimizer=optimizer) -> None:
             policy_update(model, optimizer, samples,
-                          UpdateSpec(mcfg, LossConfig(), pad_id=0, logits=plan),
+                          UpdateSpec(mcfg, LossConfig(rollout_is="none"), pad_id=0,
+                                     logits=plan),
                           generator=torch.Generator().manual_seed(0))
 
         warmup = timed(update, args.device)

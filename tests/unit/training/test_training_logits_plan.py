@@ -21,7 +21,7 @@ def _run(tiny_dir, samples, plan: LogitsPlan):
     # rounding in near-zero gradients), so equal weights after the steps = equal gradients
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     mcfg = ModelConfig(path=str(tiny_dir), mini_batches=2, micro_batch_size=3)
-    spec = UpdateSpec(mcfg, LossConfig(entropy_coef=0.01), tok.pad_token_id,
+    spec = UpdateSpec(mcfg, LossConfig(entropy_coef=0.01, rollout_is="none"), tok.pad_token_id,
                       temperature=0.8, logits=plan)
     metrics = policy_update(model, optimizer, samples, spec,
                             generator=torch.Generator().manual_seed(0))
