@@ -31,7 +31,7 @@ mini-batch :func:`_optimizer_step` over :func:`_micro_batch_loss`, then
 :func:`_rollout_report`.
 A micro-batch whose advantages are all zero runs its forward (pi_old, the metrics) without
 a backward: its policy gradient is exactly zero (not so with a KL in the loss or an entropy
-bonus, which then keep it); with ranks, only a mini-batch all zero on every rank skips.
+bonus, which then keep it); with ranks nothing skips (a sharded model reshards in the backward).
 Metrics are true totals over micro-batches and ranks (:mod:`mgrpo.training.update_metrics`).
 Not here: rewards and advantages (``scoring``), checkpoints, transport.
 """
@@ -315,10 +315,11 @@ def _optimizer_step(model, optimizer, run: _Update, idx: torch.Tensor, totals: U
     micros = micro_batches(run.lengths[idx], cfg.micro_batch_size, cfg.micro_batch_tokens)
     mine, passes = parallel.mine(micros), parallel.passes(micros)
     advantages = run.batch["advantages"]
-    skips = zero_advantage_skips(run.spec.loss_cfg)
-    # with ranks, only a mini-batch that is all zero on every rank skips (collectives match)
+    # one process only: with ranks every pass runs its backward, since a sharded model
+    # (FSDP2) reshards its parameters in the backward's hooks and a forward alone would
+    # leave them gathered
+    skips = zero_advantage_skips(run.spec.loss_cfg) and parallel.world == 1
     skip_all = skips and not bool(advantages[idx].any())
-    skips = skips and parallel.world == 1
     skipped = 0
     for j in range(passes):  # the same number of passes on every rank
         real = j < len(mine)  # else a zero-weighted pass: DDP's and FSDP2's are collective
