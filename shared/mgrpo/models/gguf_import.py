@@ -115,8 +115,9 @@ def verify_folder(out: Path, reference_model, reference_tokenizer, dtype="float3
     reference = logits_on(reference_model, reference_tokenizer)
     diff = float((logits_on(model, tokenizer) - reference).abs().max())
     same_ids = (tokenizer(PROBE_TEXT).input_ids == reference_tokenizer(PROBE_TEXT).input_ids)
-    same_chat = render_probe(tokenizer) == render_probe(reference_tokenizer)
-    renders_tools = PROBE_TOOLS[0]["function"]["description"] in render_probe(tokenizer)
+    rendered = render_probe(tokenizer)
+    same_chat = rendered == render_probe(reference_tokenizer)
+    renders_tools = PROBE_TOOLS[0]["function"]["description"] in rendered
     report = {"max_abs_logit_diff": diff, "logit_bound": bound, "same_token_ids": same_ids,
               "same_chat_rendering": same_chat, "template_renders_tools": renders_tools}
     if diff > bound or not same_ids or not same_chat:
@@ -147,8 +148,7 @@ def import_gguf(src: str | Path, out: str | Path, dtype: str = "float32",
         saved.config.dtype = str(dtype)
         out.mkdir(parents=True, exist_ok=True)
         saved.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        saved.generation_config.save_pretrained(out)
+        tokenizer.save_pretrained(out)  # the model's save wrote its generation config
         make_readable(out)
         checks = verify_folder(out, model, tokenizer, dtype=dtype, bound=bound)
     return {"out": str(out), "gguf": path.name, "dtype": str(dtype),

@@ -11,15 +11,18 @@ template replaces the tokenizer's own (TRL's ``chat_template_path``).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 HERE = Path(__file__).parent
 BUILTIN = {path.stem: path for path in sorted(HERE.glob("*.jinja"))}
 
 
+@functools.lru_cache(maxsize=32)
 def resolve_chat_template(name_or_path: str | Path) -> str:
-    """The template text of a built-in name or a Jinja file; ValueError naming both kinds
-    when it is neither."""
+    """The template text of a built-in name or a Jinja file (read once per process: a run's
+    workers resolve it for every batch of calls); ValueError naming both kinds when it is
+    neither."""
     if str(name_or_path) in BUILTIN:
         return BUILTIN[str(name_or_path)].read_text(encoding="utf-8")
     path = Path(name_or_path)
