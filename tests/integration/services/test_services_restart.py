@@ -37,6 +37,13 @@ def health(services, name: str, path: str) -> tuple[int, dict]:
     return response.status_code, response.json()
 
 
+def round_stuck(store, services, rid: str) -> str:
+    """What a round that did not end looks like: its status, progress and every worker's
+    last log lines (a stuck trainer says why in its own log, not the planner's)."""
+    tails = "\n".join(f"--- {name}\n{services.log(name)[-1500:]}" for name in services.procs)
+    return (f"{store.get_round(rid).status} {store.round_progress(rid)}\n{tails}")
+
+
 def check_round(store, bus, rid: str) -> None:
     record = store.get_round(rid)
     assert record.status == "done", record.status
@@ -86,8 +93,7 @@ def test_round_survives_broker_and_database_restarts(private_deployment):
         rabbitmq.start_app()
         stopped = False
         assert wait_for(lambda: store.get_round(record.round_id).status == "done", 240), \
-            (store.get_round(record.round_id).status, store.round_progress(record.round_id),
-             services.log("planner-worker")[-3000:])
+            round_stuck(store, services, record.round_id)
         assert wait_for(lambda: all(health(services, n, "/readyz")[0] == 200
                                     for n in workers), 60)
         assert all(health(services, n, "/healthz")[0] == 200 for n in workers)
@@ -105,8 +111,7 @@ def test_round_survives_broker_and_database_restarts(private_deployment):
         postgres.restart(down_s=3.0)
         assert store.get_round(record.round_id).status != "done", "not mid-round"
         assert wait_for(lambda: store.get_round(record.round_id).status == "done", 240), \
-            (store.get_round(record.round_id).status, store.round_progress(record.round_id),
-             services.log("planner-worker")[-3000:])
+            round_stuck(store, services, record.round_id)
         assert services.dead() == []
         check_round(store, bus, record.round_id)
         assert all(health(services, n, "/healthz")[0] == 200 for n in workers)

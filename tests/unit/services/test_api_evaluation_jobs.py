@@ -160,3 +160,30 @@ def test_a_clean_shutdown_marks_its_running_job_interrupted(setup):
         assert store.get_lease(LEASE) is None  # released: the next start need not wait
     finally:
         kit.PLANNER_GATE.set()
+
+
+def test_progress_read_is_the_stored_one_so_a_kill_never_turns_it_back(setup):
+    """The process running a job answers with the ``played`` the store holds, not a count in
+    its memory the store has not seen: otherwise a reader saw 2, the process was killed, and
+    every replica then said 0 (the store's last write)."""
+    settings, store = setup[0], setup[2]
+    first_state, first = instance(setup, plays=True, progress_s=3600.0,  # never written
+                                  settings=settings.model_copy(update={"query_batch_size": 1}))
+    questions = first_state.benchmark().questions("test")[:4]
+    kit.PLANNER_HOLD[:] = [questions[2].question]
+    kit.PLANNER_GATE.clear()
+    try:
+        with first:
+            started = first.post("/v1/evaluations", json={"n_questions": 4}, headers=AUTH)
+            assert started.status_code == 202, started.text
+            evaluation_id = started.json()["evaluation_id"]
+            job = first_state.evaluations._jobs[evaluation_id]
+            assert wait_for(lambda: job.played == 2)  # in memory, not yet in the store
+            stored = store.get_evaluation(evaluation_id).played
+            assert first.get(started.headers["Location"]).json()["played"] == stored == 0
+            kit.PLANNER_GATE.set()
+            assert wait_for(lambda: store.get_evaluation(evaluation_id).status == "done")
+            assert first.get(started.headers["Location"]).json()["played"] == 4
+    finally:
+        kit.PLANNER_HOLD.clear()
+        kit.PLANNER_GATE.set()

@@ -12,8 +12,9 @@ thread.
 
 Jobs live in the store (``evaluation_jobs``, ``mgrpo.store.evaluations``): the row is written
 when the job starts, its ``played`` count every ``progress_s`` seconds (when it changed) and
-its end (result or error) when it ends. ``GET`` reads the store, so any replica of the API
-answers for any job, and a restart forgets none.
+its end (result or error) when it ends. ``GET`` answers what the store holds, the running
+process too (never a count only its memory has), so any replica of the API answers for any
+job, a restart forgets none, and a reading never goes back after a kill.
 
 Who is alive, and one evaluation at a time: the process running a job holds the store lease
 ``evaluation`` (holder: its ``owner`` id, ``host:pid:random``, new for every process) and
@@ -67,7 +68,7 @@ log = logging.getLogger(__name__)
 
 LEASE = "evaluation"
 LEASE_S = 30.0
-PROGRESS_S = 2.0
+PROGRESS_S = 1.0  # how stale a reading of ``played`` may be
 ORPHAN_REASON = ("interrupted: the API process that ran it stopped before it ended (its "
                  "lease on 'evaluation' expired or was released); start it again")
 SHUTDOWN_REASON = "interrupted: the API process that ran it shut down; start it again"
@@ -160,12 +161,10 @@ class EvaluationJobs:
         return [self._out(record) for record in self.store.list_evaluations(self.keep)]
 
     def _out(self, record) -> EvaluationJobOut:
-        local = self._jobs.get(record.evaluation_id)
-        played = max(record.played, local.played) if local is not None else record.played
         request = EvaluationIn.model_validate(record.request)
         return EvaluationJobOut(
             evaluation_id=record.evaluation_id, status=record.status, split=request.split,
-            greedy=request.greedy, n_questions=record.n_questions, played=played,
+            greedy=request.greedy, n_questions=record.n_questions, played=record.played,
             result=EvaluationOut.model_validate(record.result) if record.result else None,
             error=record.error, created_at=record.created_at, finished_at=record.finished_at)
 
