@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     round_needs_workers: bool = Field(
         True, description="POST /v1/rounds (distributed mode) refuses a round with 409 while "
         "a role it needs has no live worker in the store: a sub-agent with no heartbeat "
-        "within 30 s, a trained model whose trainer holds no lease. False: the round is "
+        "within 30 s, a trained model whose trainer holds no lease or reports that it "
+        "cannot finish a round (a full checkpoint disk). False: the round is "
         "created anyway and its tasks wait in the queues for workers that start later.")
     trainer_heartbeat_s: float = Field(
         15.0, gt=0, description="AMQP heartbeat of a trainer's ingest consumer: a trainer "

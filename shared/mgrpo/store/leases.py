@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, delete, func, or_, select
+from sqlalchemy import case, delete, func, or_, select, update
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import Lease, utcnow
@@ -44,6 +44,9 @@ class LeaseMixin(StoreBase):
                       "acquired_at": case((Lease.holder == stmt.excluded.holder,
                                            Lease.acquired_at), else_=stmt.excluded.acquired_at),
                       "renewed_at": stmt.excluded.renewed_at,
+                      # a renewal keeps the holder's problem; a new holder starts without
+                      "problem": case((Lease.holder == stmt.excluded.holder, Lease.problem),
+                                      else_=None),
                       "expires_at": stmt.excluded.expires_at},
                 where=or_(Lease.holder == holder, Lease.expires_at < now))
             return self._written(session, stmt) == 1
@@ -53,6 +56,19 @@ class LeaseMixin(StoreBase):
         with self._tx() as session:
             return self._written(session, delete(Lease).where(
                 Lease.name == name, Lease.holder == holder)) == 1
+
+    def set_lease_problem(self, name: str, holder: str, problem: str | None) -> bool:
+        """Record what keeps ``holder`` from the work of lease ``name`` (None: nothing); only
+        the holder's own lease row is written. True if it was."""
+        with self._tx() as session:
+            return self._written(session, update(Lease).where(
+                Lease.name == name, Lease.holder == holder).values(problem=problem)) == 1
+
+    def lease_problem(self, name: str) -> str | None:
+        """The problem the holder of lease ``name`` reports, while its lease is unexpired."""
+        with self._tx() as session:
+            return session.scalar(select(Lease.problem).where(
+                Lease.name == name, Lease.expires_at >= self._now(session)))
 
     def lease_holder(self, name: str) -> str | None:
         """Who holds lease ``name`` now (unexpired, by the store's clock); None: nobody."""

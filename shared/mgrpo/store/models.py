@@ -232,6 +232,8 @@ class Lease(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # what keeps the holder from its work (a trainer's full checkpoint disk); None: nothing
+    problem: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
 
 
 class EvaluationJob(Base):

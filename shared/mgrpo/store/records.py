@@ -150,6 +150,7 @@ class LeaseRecord(_Record):
     acquired_at: datetime
     renewed_at: datetime
     expires_at: datetime
+    problem: str | None = None
 
 
 EvaluationStatus = Literal["queued", "running", "done", "failed", "interrupted"]

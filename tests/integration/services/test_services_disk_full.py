@@ -1,8 +1,10 @@
 """A full checkpoint disk (a 1 MiB tmpfs; one round of the three tiny models needs ~1.3 MB):
 the round fails with a reason that says so, no ``*.tmp-*`` file or folder is left behind to
 keep the disk full, and the trainer that could not write says why on its ``/readyz``
-(``TrainerService.not_ready``). Before, ENOSPC failed the round as a bare ``OSError``, left
-three ``*.optimizer.pt.tmp-*`` files, and health stayed green.
+(``TrainerService.not_ready``) and on its lease row, where the planner API reads it: its
+``POST /v1/rounds`` check names that trainer until the disk has room again. Before, ENOSPC
+failed the round as a bare ``OSError``, left three ``*.optimizer.pt.tmp-*`` files, health
+stayed green, and the API accepted new rounds that failed the same way.
 
 The services run in this process on the in-memory bus, with the real PostgreSQL; the tmpfs
 needs root (``mount``), else the test skips."""
@@ -13,6 +15,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from services_testkit import (
@@ -23,6 +26,7 @@ from services_testkit import (
     write_run_config,
 )
 
+from mgrpo.services.api.routes.health import missing_round_workers
 from mgrpo.services.context import Queues
 from mgrpo.services.rounds import start_round
 from mgrpo.store.admin import temporary_database
@@ -69,4 +73,25 @@ def test_full_checkpoint_disk_fails_the_round_cleanly_and_says_so(postgres_url, 
             for model in full:  # the model that could not write has no version on disk
                 assert not (Path(small_disk) / "full" / model / "v000001").exists()
                 assert not list((Path(small_disk) / "full" / model).glob("*.optimizer.pt"))
+            # the planner API sees it on the trainer's lease row: POST /v1/rounds would 409
+            api = SimpleNamespace(store=svc.store)
+            assert wait_until(lambda: len(missing_round_workers(api, svc.cfg)) == len(full))
+            for model, phrase in zip(sorted(full), sorted(missing_round_workers(api, svc.cfg)),
+                                     strict=True):
+                assert phrase.startswith(f"trainer of {model} cannot finish a round: "
+                                         "checkpoint disk: no space left"), phrase
+            # room again (the tmpfs grows): the trainers say so without a round written
+            subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+            assert wait_until(lambda: missing_round_workers(api, svc.cfg) == []), \
+                missing_round_workers(api, svc.cfg)
+            assert all(t.not_ready() == [] for t in svc.trainers.values())
     assert os.path.ismount(small_disk)
+
+
+def wait_until(predicate, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()

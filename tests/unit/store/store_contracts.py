@@ -81,6 +81,17 @@ def lease_contract(store, name: str) -> None:
     assert store.acquire_lease(f"{name}-other", "b", ttl_s=30)  # names are independent
     with pytest.raises(ValueError, match="ttl_s"):
         store.acquire_lease(name, "a", ttl_s=0)
+    # the holder's problem: only its own row, kept by a renewal, gone for a new holder
+    assert store.lease_problem(name) is None
+    assert not store.set_lease_problem(name, "b", "not b's lease")
+    assert store.set_lease_problem(name, "a", "checkpoint disk: no space left")
+    assert store.acquire_lease(name, "a", ttl_s=0.3)  # a renewal keeps it
+    assert store.lease_problem(name) == "checkpoint disk: no space left"
+    time.sleep(0.6)  # a died: an expired lease reports nothing
+    assert store.lease_problem(name) is None
+    assert store.acquire_lease(name, "b", ttl_s=30)
+    assert store.get_lease(name).problem is None and store.lease_problem(name) is None
+    assert store.set_lease_problem(name, "b", None)
 
 
 def finish_episodes_contract(store, round_id: str) -> None:

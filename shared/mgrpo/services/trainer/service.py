@@ -139,6 +139,7 @@ class TrainerService:
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = LeaseKeeper(store, f"trainer:{model}", holder, settings.trainer_lease_s)
         self._leased = False  # True once start() runs under the lease
+        self._reported: str | None = None  # the problem last written on the lease row
         self.tensorboard = self.wandb = None
         if settings.tensorboard_dir and "tensorboard" in cfg.report_to:
             self.tensorboard = TensorBoardSink(settings.tensorboard_dir, model)
@@ -208,6 +209,24 @@ class TrainerService:
         disk = self.weights.checkpoint_problem if self.weights is not None else None
         return [p for p in (store_problem(self.store), disk, standby) if p]
 
+    def report_problem(self) -> None:
+        """Write what keeps this trainer from finishing rounds (a full checkpoint disk, until
+        it has room again: :meth:`RunWeights.recheck_disk`) on its lease row, where the
+        planner API reads it (``POST /v1/rounds`` refuses a round this model would fail;
+        ``/readyz`` warns). Written when it changes; a store that does not answer: next pass."""
+        if self.weights is None:
+            return
+        self.weights.recheck_disk()
+        problem = self.weights.checkpoint_problem
+        if problem == self._reported:
+            return
+        try:
+            if self.store.set_lease_problem(self.lease.name, self.lease.holder, problem):
+                self._reported = problem
+        except Exception as error:  # noqa: BLE001 - retried after the next pass
+            log.warning("trainer %s: cannot write its problem on lease %s (%s)",
+                        self.model_name, self.lease.name, error)
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -239,6 +258,7 @@ class TrainerService:
             if self.lease_lost():
                 self.weights.forget()  # another trainer may write checkpoints meanwhile
                 self.lease.wait_held(self._stop)
+                self._reported = None  # a lease taken again starts without a problem
                 timeout = 0.0  # taken over: a pass at once
                 continue
             try:
@@ -246,6 +266,7 @@ class TrainerService:
             except Exception as error:  # noqa: BLE001 - keep serving; retried shortly
                 log_failed_pass(self.model_name, error)
                 timeout = RETRY_S
+            self.report_problem()
             if self._failures:  # a round's training raised: try it again shortly
                 timeout = RETRY_S
 

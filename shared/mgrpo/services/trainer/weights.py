@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -174,6 +176,22 @@ class RunWeights:
             self.prune(run_id, keep)
         return uri
 
+    def recheck_disk(self) -> bool:
+        """Clear ``checkpoint_problem`` once a local checkpoint disk has room for a version
+        again: free space at least the model's weights plus, when it trains, Adam's two
+        moments (:func:`checkpoint_bytes`). A remote ``MGRPO_CHECKPOINT_URI`` cannot be
+        measured: its next write tells. True when the problem was cleared."""
+        if self.checkpoint_problem is None:
+            return False
+        free = local_free_bytes(self.settings.checkpoint_uri)
+        need = checkpoint_bytes(self.lm)
+        if free is None or free < need:
+            return False
+        log.info("trainer %s: the checkpoint disk has room again (%d bytes free, a version "
+                 "needs about %d)", self.lm.name, free, need)
+        self.checkpoint_problem = None
+        return True
+
     def _write_version(self, root: str, version: int, extra: dict) -> str:
         """Optimizer state, then the weights; a failed weights write removes the optimizer
         file it followed (nothing of a failed version stays on disk)."""
@@ -257,6 +275,29 @@ def _same_content(lm: TrainedModel, manifest: dict, extra: dict, uri: str) -> bo
         return entry is None
     digest = optimizer_state_digest(lm.optimizer)
     return entry is not None and entry["sha256"] == digest == optimizer_file_digest(uri)
+
+
+def checkpoint_bytes(lm: TrainedModel) -> int:
+    """About what one version of ``lm`` takes on disk: its weights, and Adam's two moments
+    (float32) when it trains."""
+    params = list(lm.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in params)
+    moments = 2 * 4 * sum(p.numel() for p in params if p.requires_grad)
+    return weights + (moments if lm.optimizer is not None else 0)
+
+
+def local_free_bytes(uri: str) -> int | None:
+    """Free bytes of the local file system ``uri`` (a path or ``file://``) is on, at its
+    nearest existing folder; None for a remote URI (``s3://``, ...)."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = Path(uri.removeprefix("file://")).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
 
 
 def _sha256(uri: str) -> str:

@@ -6,8 +6,10 @@ started in this process (``mgrpo ui``, tests) can serve it. Without them every d
 ``/v1/queries`` fails as ``unknown agent`` and a round never finishes, so ``/readyz`` is 503
 and says so (``checks.mode``), as ``mgrpo serve planner`` (which starts none) warns at start
 (:func:`embedded_problem`).
-``/readyz`` also lists, as ``warnings`` (not failing it), the run config's sub-agents that no
-live worker serves (none registered, or no heartbeat within :data:`ALIVE_WITHIN_S`).
+``/readyz`` also lists, as ``warnings`` (not failing it: queries are served without them), the
+run config's sub-agents that no live worker serves (none registered, or no heartbeat within
+:data:`ALIVE_WITHIN_S`) and the trainers that report they cannot finish a round (a full
+checkpoint disk); ``POST /v1/rounds`` answers 409 for either.
 
 ``/healthz`` runs on the event loop and reads in-memory state only (no lock, no I/O), so it
 answers while the model thread plays batches. It is 503 when the model thread died, or when
@@ -70,7 +72,16 @@ def missing_round_workers(state, cfg) -> list[str]:
     missing += [f"trainer of {model} (nobody holds lease trainer:{model}: start `mgrpo serve "
                 f"trainer --model {model}`)" for model in cfg.trained_models()
                 if state.store.lease_holder(f"trainer:{model}") is None]
-    return missing
+    return missing + trainer_problems(state, cfg)
+
+
+def trainer_problems(state, cfg) -> list[str]:
+    """The trained models whose trainer reports that it cannot finish a round (a full
+    checkpoint disk, written on its lease row: ``TrainerService.report_problem``), one
+    phrase each."""
+    found = ((m, state.store.lease_problem(f"trainer:{m}")) for m in cfg.trained_models())
+    return [f"trainer of {model} cannot finish a round: {problem}"
+            for model, problem in found if problem]
 
 
 def process_problems(state, grace_s: float) -> list[str]:
@@ -116,6 +127,14 @@ def readyz(state: State) -> JSONResponse:
                             f"heartbeat within {ALIVE_WITHIN_S:.0f} s): its delegations fail "
                             f"as unknown agent; start `mgrpo serve subagent --name {role}`"
                             for role in missing]
+    try:  # the API serves queries without a trainer: a warning, and POST /v1/rounds 409s
+        trainers = trainer_problems(state, state.cfg) if state.settings.mode == \
+            "distributed" else []
+    except Exception:  # noqa: BLE001 - the store check reports a store that does not answer
+        trainers = []
+    if trainers:
+        body["warnings"] = body.get("warnings", []) + [
+            f"{p}; POST /v1/rounds answers 409 until it is fixed" for p in trainers]
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
