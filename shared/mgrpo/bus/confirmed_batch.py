@@ -121,7 +121,7 @@ class ConfirmedBatches:
                 self._pending.tags.add(self._published)
             self._wait()
         except PublishNotConfirmed:
-            self._discard_channel()
+            self._drop_connection()  # no confirm in time: the broker may not answer at all
             raise
         pending = self._pending
         if pending.nacked or pending.returned:
@@ -152,6 +152,15 @@ class ConfirmedBatches:
         if producer is not None:
             with contextlib.suppress(Exception):  # already broken: the reconnect handles it
                 producer.channel.close()
+
+    def _drop_connection(self) -> None:
+        """Forget the channel and close the connection's socket without a handshake (a
+        channel close would wait for the broker's close-ok, forever if it is silent); the
+        next send connects again."""
+        self._producer = None
+        self.connection.declared_entities.clear()
+        with contextlib.suppress(Exception):
+            self.connection.collect()
 
     def close(self) -> None:
         self.connection.release()

@@ -15,6 +15,9 @@ thread-safe) and reconnects by itself when the broker restarts (``mgrpo.bus.cons
 :meth:`KombuBus.consumer_problems` says which consumers are not consuming (health checks).
 Publishing shares one connection behind a lock, with publisher confirms and kombu's retry (a
 publish during a broker restart waits for it, then goes through; none is silently dropped).
+A confirm that does not come within ``confirm_timeout_s`` (a half-open connection, a stalled
+broker) counts as a lost connection: the publish reconnects and goes again, never waits
+forever.
 :meth:`KombuBus.publish_many` sends several messages on a second connection and waits for
 the broker's confirms once for all of them (``mgrpo.bus.confirmed_batch``), under the same
 retry; a batch the broker does not confirm raises, to be published again whole.
@@ -43,14 +46,18 @@ from mgrpo.bus.transport import DeadLetter, to_wire
 from mgrpo.errors import TransientError
 
 log = logging.getLogger(__name__)
+CONFIRM_TIMEOUT_S = 30.0  # a publish without the broker's confirm by then: connection lost
 
 
 class KombuBus:
     def __init__(self, broker_url: str, dedupe: Dedupe | None = None, *,
                  dead_letter_queue_name: str = DEAD_LETTER_QUEUE,
-                 publish_retries: int | None = None) -> None:
+                 publish_retries: int | None = None,
+                 confirm_timeout_s: float = CONFIRM_TIMEOUT_S) -> None:
         """``publish_retries``: reconnections a publish tries before it raises (None: wait
-        out a broker restart however long it takes)."""
+        out a broker restart however long it takes). ``confirm_timeout_s``: how long a
+        publish waits for the broker's confirm before it counts the connection as lost
+        (then reconnects and publishes again, under ``publish_retries``)."""
         self.broker_url = broker_url
         self.dead_letter_queue_name = dead_letter_queue_name
         self._dedupe = dedupe
@@ -67,9 +74,16 @@ class KombuBus:
         self._publish_down: tuple[float, str] | None = None
         self._retry = {**RETRY_POLICY, "errback": self._publish_failed,
                        "max_retries": publish_retries}
-        self._batches = ConfirmedBatches(broker_url)
+        self.confirm_timeout_s = confirm_timeout_s
+        self._batches = ConfirmedBatches(broker_url, timeout_s=confirm_timeout_s)
         self._batch_lock = threading.Lock()
         self.declare_queue(dead_letter_queue(dead_letter_queue_name))
+
+    @property
+    def _timeouts(self) -> dict:
+        """A publish's limits: the socket write and the wait for the broker's confirm (py-amqp
+        waits forever without them, e.g. on a half-open connection or a stalled broker)."""
+        return {"timeout": self.confirm_timeout_s, "confirm_timeout": self.confirm_timeout_s}
 
     def work_queue(self, name: str) -> Queue:
         return work_queue(name, self.dead_letter_queue_name)
@@ -93,7 +107,7 @@ class KombuBus:
                 body, exchange=WORK_EXCHANGE, routing_key=queue, delivery_mode=2,
                 content_type=content_type, content_encoding="utf-8",
                 message_id=message_id or uuid.uuid4().hex, declare=[self.work_queue(queue)],
-                headers=headers or None, retry=True, retry_policy=self._retry)
+                headers=headers or None, retry=True, retry_policy=self._retry, **self._timeouts)
             self._publish_down = None
 
     def publish_many(self, sends: Sequence[tuple[str, Message]]) -> None:
@@ -119,7 +133,7 @@ class KombuBus:
                 content_type="application/json", content_encoding="utf-8",
                 headers={REASON_HEADER: reason[:4000], SOURCE_QUEUE_HEADER: queue},
                 declare=[dead_letter_queue(self.dead_letter_queue_name)], retry=True,
-                retry_policy=self._retry)
+                retry_policy=self._retry, **self._timeouts)
             self._publish_down = None
 
     def consume(self, queue: str, handler: Handler, *, consumer: str = "",
@@ -133,7 +147,7 @@ class KombuBus:
             self._producer.publish(to_wire(announcement), exchange=WEIGHTS, routing_key="",
                                    delivery_mode=2, content_type="application/json",
                                    content_encoding="utf-8", declare=[WEIGHTS], retry=True,
-                                   retry_policy=self._retry)
+                                   retry_policy=self._retry, **self._timeouts)
             self._publish_down = None
 
     def subscribe_weights(self, handler: Handler, *, consumer: str = "") -> None:
