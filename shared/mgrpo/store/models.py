@@ -217,6 +217,8 @@ class ObservedD(Base):
     rollout: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer)
     d: Mapped[int] = mapped_column(Integer)
+    # the answered calls' invocation numbers (d of them); None: only the count was recorded
+    invocations: Mapped[list | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     __table_args__ = (UniqueConstraint("agent", "round_id", "query_id", "rollout", "attempt",
                                        name="uq_observed_d_key"),)

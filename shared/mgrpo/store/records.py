@@ -6,9 +6,9 @@ What this module does NOT do: persistence (``mgrpo.store.store``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RoundStatus = Literal["pending", "running", "training", "done", "failed", "cancelled"]
 TERMINAL_ROUND_STATUSES = frozenset({"done", "failed", "cancelled"})
@@ -111,7 +111,8 @@ class GroupStatRecord(GroupStatIn):
 
 
 class DCount(_Record):
-    """d_k: how many times rollout ``rollout`` of ``query_id`` called one sub-agent type.
+    """d_k: how many times rollout ``rollout`` of ``query_id`` called one sub-agent type, and
+    (``invocations``, where the writer knows them) which calls were answered.
 
     ``attempt``: the attempt that played it. None when writing means "the attempt that
     completed the rollout" (for writers that record d_k after ``complete_rollout``, as the
@@ -122,6 +123,16 @@ class DCount(_Record):
     rollout: int = Field(ge=0)
     d: int = Field(ge=0)
     attempt: int | None = Field(None, ge=0)
+    # which calls were answered (their invocation numbers); None: the count only
+    invocations: list[Annotated[int, Field(ge=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _invocations_match_d(self) -> DCount:
+        if self.invocations is not None and (len(set(self.invocations)) != self.d
+                                             or len(self.invocations) != self.d):
+            raise ValueError(f"d={self.d} but invocations {self.invocations} name "
+                             f"{len(set(self.invocations))} distinct calls")
+        return self
 
 
 class CheckpointRecord(_Record):

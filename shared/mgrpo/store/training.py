@@ -230,6 +230,18 @@ class TrainingMixin(StoreBase):
         with self._tx() as session:
             return session.execute(stmt).scalar_one()
 
+    def round_trajectory_keys(self, round_id: str, model: str,
+                              agent: str) -> set[tuple[str, int, int]]:
+        """(query_id, rollout, invocation) of ``agent``'s trajectories of the round (those
+        :meth:`round_trajectories` returns), without the payloads: which recorded calls a
+        trainer has ingested."""
+        stmt = (select(TrajectoryRow.query_id, TrajectoryRow.rollout, TrajectoryRow.invocation)
+                .join(Rollout, _completing(TrajectoryRow))
+                .where(TrajectoryRow.round_id == round_id, TrajectoryRow.model == model,
+                       TrajectoryRow.agent == agent).distinct())
+        with self._tx() as session:
+            return {tuple(row) for row in session.execute(stmt)}
+
     def count_trajectories(self, round_id: str | None = None, model: str | None = None) -> int:
         """Stored rows, every attempt included (operations and tests: 'nothing twice')."""
         stmt = select(func.count()).select_from(TrajectoryRow)

@@ -137,8 +137,9 @@ def _outcome(runtime: AgentRuntime, state: _CallState, max_turns: int) -> Subage
         # the LLM judge's evidence (mgrpo.envs.judges): what the tools returned to this call
         extra={"observations": [str(step["observation"]) for step in state.trace]})
     result = state.result if state.result is not None else FAILED_RESULT
-    trace = [{"agent": runtime.role, "task": call.task, "result": result,
-              "format_ok": format_ok, "steps": state.trace, "raw": state.last_raw}]
+    trace = [{"agent": runtime.role, "invocation": call.invocation, "task": call.task,
+              "result": result, "format_ok": format_ok, "steps": state.trace,
+              "raw": state.last_raw}]
     return SubagentOutcome(result=result, trajectory=trajectory, trace=trace,
                            children=state.children)
 

@@ -32,7 +32,7 @@ def test_upgrade_reaches_head_and_is_repeatable(tmp_path):
     assert store.current_revision() is None
     store.upgrade()
     store.upgrade()
-    assert store.current_revision() == head_revision() == "0006"
+    assert store.current_revision() == head_revision() == "0007"
 
 
 def test_unsupported_url_is_refused_with_the_fix():

@@ -88,6 +88,24 @@ def answered_calls(trace: list[dict], role: str) -> int:
     return count
 
 
+def answered_invocations(trace: list[dict], role: str) -> list[int] | None:
+    """The invocation numbers of the calls :func:`answered_calls` counts, in trace order;
+    None when an answer does not carry its number or two share one (then only the count is
+    recorded, and its trainer trains what the count admits)."""
+    found: list[int] = []
+    for event in trace:
+        if event.get("agent") == role and "format_ok" in event and "error" not in event:
+            if not isinstance(event.get("invocation"), int):
+                return None
+            found.append(event["invocation"])
+        for step in event.get("steps", ()):
+            nested = answered_invocations(step.get("calls", ()), role)
+            if nested is None:
+                return None
+            found += nested
+    return found if len(set(found)) == len(found) else None
+
+
 @dataclass
 class PlannerRuntime:
     """The planner's model and a bus dispatch: what the worker and the REST API share."""
@@ -314,7 +332,8 @@ class PlannerWorker:
             for role in roles:
                 d_counts.setdefault(role, []).append(DCount(
                     query_id=job.question.id, rollout=job.rollout, attempt=job.attempt,
-                    d=answered_calls(episode.trace, role)))
+                    d=answered_calls(episode.trace, role),
+                    invocations=answered_invocations(episode.trace, role)))
         stored = time.perf_counter()
         won = store.finish_episodes(record.round_id, outcomes, d_counts)
         self._count_verifier_errors(record, verifier.errors - errors_before)

@@ -1,7 +1,10 @@
 """When a trainer's part of a round is complete (SPEC 2.2 step 4): every rollout completed
 AND, for each role its model plays, the completing attempts' trajectories are all ingested:
-one per rollout for the planner, d_k per rollout for a sub-agent (d_k recorded by the planner
-worker). AT-GRPO (``tree``): per rollout (candidate slot) and role, the counts the planner
+one per rollout for the planner, and for a sub-agent each call the planner worker recorded as
+answered (its invocation numbers; d_k of them), or d_k trajectories where only the count was
+recorded. :func:`recorded_only` keeps, of what was ingested, the recorded calls only: a
+well-formed trajectory of a live round that the planner never recorded is not trained.
+AT-GRPO (``tree``): per rollout (candidate slot) and role, the counts the planner
 worker recorded, the planner's too.
 
 What this module does NOT do: decide WHEN to check (the trainer checks when woken: an
@@ -24,6 +27,24 @@ def expected_subagent_trajectories(store, role: str, round_id: str) -> tuple[int
     return len(counts), sum(c.d for c in counts)
 
 
+def recorded_calls(counts) -> dict[tuple[str, int], set[int]] | None:
+    """(query_id, rollout) -> the invocation numbers the planner worker recorded as
+    answered, from a role's ``store.observed_d`` rows; None when a row has the count only."""
+    if any(c.invocations is None for c in counts):
+        return None
+    return {(c.query_id, c.rollout): set(c.invocations) for c in counts}
+
+
+def recorded_only(trajs: list, roles_counts: dict[str, list]) -> list:
+    """``trajs`` without the sub-agent trajectories the round's record does not name: a
+    trajectory of role r is kept when its (query, rollout) recorded its invocation as
+    answered (``roles_counts``: role -> ``store.observed_d`` rows). A role whose rows carry
+    counts only keeps all of its trajectories."""
+    calls = {role: recorded_calls(counts) for role, counts in roles_counts.items()}
+    return [t for t in trajs if calls.get(t.agent) is None
+            or t.invocation in calls[t.agent].get((t.query_id, t.rollout), ())]
+
+
 def round_ready(store, round_id: str, model: str, roles: list[str],
                 tree: bool = False) -> bool:
     """True when this model's part of the round is complete (see the module docstring).
@@ -38,7 +59,16 @@ def round_ready(store, round_id: str, model: str, roles: list[str],
             if have < progress.total:
                 return False
             continue
-        rows, expected = expected_subagent_trajectories(store, role, round_id)
-        if rows < progress.total or have < expected:
+        counts = store.observed_d(round_id, role)
+        if len(counts) < progress.total:
+            return False
+        calls = recorded_calls(counts)
+        if calls is not None:  # the recorded calls themselves, not any trajectories
+            keys = store.round_trajectory_keys(round_id, model, role)
+            if any((query, rollout, invocation) not in keys
+                   for (query, rollout), invocations in calls.items()
+                   for invocation in invocations):
+                return False
+        elif have < sum(c.d for c in counts):
             return False
     return True

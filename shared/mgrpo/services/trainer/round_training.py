@@ -35,6 +35,7 @@ from mgrpo.bus.messages import WeightsAnnouncement
 from mgrpo.config import Settings
 from mgrpo.envs import load_benchmark
 from mgrpo.services.context import round_spec
+from mgrpo.services.trainer.readiness import recorded_only
 from mgrpo.services.trainer.weights import RunWeights, TrainedModel
 from mgrpo.store import GroupStatIn
 from mgrpo.training.config import RunConfig
@@ -86,6 +87,9 @@ class RoundTraining:
         spec = spec if spec is not None else round_spec(record, self.cfg)
         cfg = spec.run
         trajs = store.round_trajectories(round_id, lm.name)
+        if not spec.tree_round(record.index):  # the recorded (role, invocation) pairs only
+            trajs = recorded_only(trajs, {r: store.observed_d(round_id, r)
+                                          for r in self.roles if r != "planner"})
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
