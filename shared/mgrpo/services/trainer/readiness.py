@@ -1,4 +1,5 @@
-"""When a trainer's part of a round is complete (SPEC 2.2 step 4): every rollout completed
+"""When a trainer's part of a round is complete (docs/services.md, 'One round (distributed)',
+step 5): every rollout completed
 AND, for each role its model plays, the completing attempts' trajectories are all ingested:
 one per rollout for the planner, d_k per rollout for a sub-agent (d_k recorded by the planner
 worker). AT-GRPO (``tree``): per rollout (candidate slot) and role, the counts the planner
