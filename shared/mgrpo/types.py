@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 
 def trajectory_id(round_id: str, query_id: str, rollout: int, agent: str, invocation: int) -> str:
-    """Deterministic id (SPEC 2.2): the same logical trajectory always has the same id."""
+    """Deterministic id: the same logical trajectory always has the same id."""
     return f"{round_id}/{query_id}/{rollout}/{agent}/{invocation}"
 
 

@@ -1,6 +1,7 @@
 """The math of M-GRPO and AT-GRPO: pure tensor functions (torch, numpy, pydantic only).
 
-- ``rewards``: reward composition with the format gate (SPEC 1.2, Eq. 4-5), AT-GRPO turn reward
+- ``rewards``: reward composition with the format gate (Eq. 4-5, docs/algorithm.md), AT-GRPO turn
+  reward
 - ``groups``: group statistics, group-relative advantages, DAPO filter, greedy choice
 - ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
 - ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)

@@ -1,4 +1,5 @@
-"""Sub-agent trajectory alignment to d slots per rollout (SPEC 1.3, paper Sec. 3, Eq. 9-13).
+"""Sub-agent trajectory alignment to d slots per rollout (paper Sec. 3, Eq. 9-13; docs/algorithm.md,
+'Sub-agents: trajectory alignment').
 
 Rollout k of a query calls a sub-agent d_k times (d_k varies, may be 0). M-GRPO gives every
 rollout the same number of slots d so the K rollouts of a query form a fixed-size group:

@@ -1,4 +1,5 @@
-"""Group statistics and group-relative advantages (SPEC 1.3, paper Eq. 6-13).
+"""Group statistics and group-relative advantages (paper Eq. 6-13; docs/algorithm.md,
+'Statistics and the advantage').
 
 A *group* is the set of samples whose rewards are compared with each other: the K rollouts of
 one query (GRPO, the M-GRPO planner), the d*K aligned sub-agent slots of one query (M-GRPO
@@ -33,7 +34,8 @@ SCALES: tuple[str, ...] = ("std", "none")
 class GroupStats(NamedTuple):
     """Per-group statistics, one row per group, ordered by ascending group id.
 
-    This is what a trainer publishes to the stats store (SPEC 2.2 step 4). Store mean and std
+    This is what a trainer publishes to the stats store (docs/services.md, 'One round
+    (distributed)', step 5). Store mean and std
     as double precision: read back through float32 they give slightly different advantages.
     """
 

@@ -1,4 +1,5 @@
-"""Token-level clipped policy loss with KL to a reference (SPEC 1.4, paper Eq. 14-19).
+"""Token-level clipped policy loss with KL to a reference (paper Eq. 14-19; docs/algorithm.md,
+'1.4 Policy loss').
 
 Per generated token (b, t):
 

@@ -1,4 +1,5 @@
-"""Reward composition with the format gate (SPEC 1.2, paper Eq. 4-5) and AT-GRPO turn rewards.
+"""Reward composition with the format gate (paper Eq. 4-5) and AT-GRPO turn rewards
+(docs/algorithm.md, '1.2 Rewards').
 
 The components are given; this module only combines them:
 - planner:   ``R_M = a1*r_format + a2*r_correct``                    if the format is valid, else 0

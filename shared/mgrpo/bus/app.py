@@ -1,6 +1,7 @@
 """The ONE Celery app factory of mgrpo, and the helpers that send and register tasks.
 
-Settings (SPEC 2.3): JSON only (``accept_content=["json"]``: a pickle is refused and, with
+Settings (docs/messages.md, 'Celery'): JSON only (``accept_content=["json"]``: a pickle is
+refused and, with
 the queue's ``x-dead-letter-exchange``, dead-lettered by the broker), late acks, prefetch 1,
 reject on worker loss, persistent messages, the declared durable queues only (no queue is
 auto-created with different arguments), an undecodable body dead-lettered with the reason

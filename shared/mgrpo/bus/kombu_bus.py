@@ -1,6 +1,7 @@
 """The :class:`~mgrpo.bus.transport.Bus` interface on RabbitMQ (kombu), for distributed mode.
 
-Delivery rules (SPEC 2.3): durable queues, persistent messages, JSON bodies, prefetch 1, ack
+Delivery rules (docs/messages.md, 'Transports'): durable queues, persistent messages, JSON
+bodies, prefetch 1, ack
 AFTER the handler (late ack), so a worker that dies mid-message gets it redelivered; a
 redelivered message whose key was already claimed is acked without re-running the handler
 (:func:`mgrpo.bus.handler.process_payload`). A message we refuse (undecodable, or its handler

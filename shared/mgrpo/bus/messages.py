@@ -1,4 +1,5 @@
-"""Versioned message schemas of the bus (SPEC 2.3): JSON only, ids and tokens, never pickles.
+"""Versioned message schemas of the bus (docs/messages.md, 'Messages'): JSON only, ids and
+tokens, never pickles.
 
 Every message has ``kind`` (the discriminator), ``schema_version``, ``message_id`` (unique
 per send) and ``idempotency_key`` (the same for every send of the same logical message: a

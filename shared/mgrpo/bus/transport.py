@@ -4,7 +4,8 @@
 all-or-raise), ``consume(queue, handler, consumer=...)``,
 ``announce_weights(announcement)``, ``subscribe_weights(handler, consumer=...)``,
 ``dead_letters()``, ``close()``. :class:`InMemoryBus` runs it in one process with in-thread
-workers (embedded mode, SPEC 2.4); :class:`mgrpo.bus.kombu_bus.KombuBus` runs the same
+workers (embedded mode; docs/messages.md, 'Transports');
+:class:`mgrpo.bus.kombu_bus.KombuBus` runs the same
 interface on RabbitMQ. Both send JSON text, so a message that would not survive the wire
 fails here too.
 

@@ -1,4 +1,5 @@
-"""`mgrpo db ...` commands: the migration job of SPEC 2.1 (Alembic, shipped in the package).
+"""`mgrpo db ...` commands: the migration job (Alembic, shipped in the package; docs/deploy.md,
+'Upgrades and migrations').
 
 The URL is ``--url`` or the ``MGRPO_DATABASE_URL`` setting. What this does NOT do: create the
 PostgreSQL database itself (the URL's database must exist; SQLite files are created).

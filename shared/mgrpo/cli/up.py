@@ -1,5 +1,6 @@
 """``mgrpo up --config FILE``: every service as a local process against the local RabbitMQ and
-PostgreSQL (SPEC 2.4): migrations, the planner API, a planner worker, one sub-agent per
+PostgreSQL (docs/services.md, the table of commands): migrations, the planner API, a planner
+worker, one sub-agent per
 sub-agent role of the run config at every level of a nested hierarchy (none for
 ``algorithm: grpo``: the planner worker plays every role), one trainer per model an agent
 plays (a frozen model's scores, never updates).

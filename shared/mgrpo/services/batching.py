@@ -1,5 +1,5 @@
-"""Consume a queue in batches, so one batched generation serves many messages (SPEC 2.2:
-"generation batched across episodes").
+"""Consume a queue in batches, so one batched generation serves many messages (docs/services.md,
+'One round (distributed)', step 2).
 
 On RabbitMQ (:class:`~mgrpo.bus.kombu_bus.KombuBus`) the consumer sets prefetch to
 ``batch_size``, collects messages until ``batch_size`` are in, or every one collected belongs

@@ -155,7 +155,8 @@ def registered_queue(store, role: str) -> str | None:
 
 
 def agent_cards(store, cfg: RunConfig, alive_within_s: float | None = None) -> list:
-    """The planner's header lists the REGISTERED sub-agents it may call (SPEC 2.1): its
+    """The planner's header lists the REGISTERED sub-agents it may call (docs/services.md,
+    'One round (distributed)', step 2): its
     callees in the delegation tree (every sub-agent of a flat hierarchy) in the order of the
     run config, then any other registered ones the run config does not name."""
     registered = {a.name: a for a in store.list_agents(alive_within_s=alive_within_s)}

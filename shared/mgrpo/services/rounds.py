@@ -1,4 +1,5 @@
-"""Start, inspect and cancel distributed training rounds (SPEC 2.2 step 1).
+"""Start, inspect and cancel distributed training rounds (docs/services.md, 'One round
+(distributed)', step 1).
 
 :func:`start_round` picks B questions (a pure function of (seed, round index), as in
 embedded mode), writes the queries, the round and its B*K pending rollouts in the store,
@@ -128,7 +129,7 @@ def start_round(store, bus, cfg: RunConfig, queues: Queues, *, run_id: str | Non
     it kept (``hard_questions``), as embedded mode does at the start of a stage.
 
     Returns the :class:`~mgrpo.store.records.RoundRecord`. Raises :class:`RoundConflict` if
-    a round of the run is not finished (rounds are synchronous, on-policy: SPEC 2.2), unless
+    a round of the run is not finished (rounds are synchronous, on-policy), unless
     the asynchronous mode admits the new round (:func:`admit`), and
     :class:`RoundRefused` for a config the services cannot run or an ``init_from`` that
     cannot apply (:func:`check_init_from`). The run's workers and trainers use ITS newest

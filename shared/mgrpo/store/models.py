@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 table models of the stats store (SPEC 2.1-2.2).
+"""SQLAlchemy 2 table models of the stats store (docs/store.md, 'Tables').
 
 The store is how decoupled trainers talk: the planner side writes rollouts, outcomes and
 trajectories; each trainer reads its own model's trajectories of the attempt that completed
@@ -99,7 +99,8 @@ class Rollout(Base):
 class PlannerOutcome(Base):
     """The planner side's score of one attempt; sub-agent trainers read ``correct``.
 
-    ``correct`` is r_correct_main of SPEC 1.2 for the sub-agents that this rollout called.
+    ``correct`` is r_correct_main (docs/algorithm.md, '1.2 Rewards') for the sub-agents that this
+    rollout called.
     """
 
     __tablename__ = "planner_outcomes"

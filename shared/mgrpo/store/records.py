@@ -79,7 +79,8 @@ class RoundProgress(_Record):
 
 
 class PlannerOutcomeIn(_Record):
-    """One planner score (SPEC 1.2): ``reward = a1*format + a2*correct`` if format_ok else 0."""
+    """One planner score (docs/algorithm.md, '1.2 Rewards'): ``reward = a1*format + a2*correct`` if
+    format_ok else 0."""
 
     query_id: str
     rollout: int = Field(ge=0)

@@ -1,4 +1,5 @@
-"""Runs, queries, rounds and rollouts: which attempt of a rollout counts (SPEC 2.2).
+"""Runs, queries, rounds and rollouts: which attempt of a rollout counts (docs/store.md,
+'Tables').
 
 A rollout is attempted until one attempt completes; :meth:`RoundsMixin.complete_rollout` is
 a compare-and-set, so the FIRST attempt to complete wins and a zombie attempt that finishes

@@ -1,4 +1,4 @@
-"""The stats store's one repository class: :class:`Store` (SPEC 2.1-2.2).
+"""The stats store's one repository class: :class:`Store` (docs/store.md, 'API (`Store`)').
 
 Every method is one short transaction. Concurrency safety comes from UNIQUE constraints and
 ``INSERT ... ON CONFLICT`` (PostgreSQL) / the same statement on SQLite, never from

@@ -1,5 +1,5 @@
-"""What trainers exchange (SPEC 1.2-1.3, 2.2): trajectories, planner outcomes, group statistics,
-observed d_k.
+"""What trainers exchange (docs/store.md, 'Tables'): trajectories, planner outcomes, group
+statistics, observed d_k.
 
 Trajectories are keyed by (traj_id, attempt): ingestion is ``INSERT ... ON CONFLICT DO
 NOTHING``, so a redelivered message or a second ingesting thread never adds a row; a
@@ -310,7 +310,7 @@ class TrainingMixin(StoreBase):
 
     def read_planner_outcomes(self, round_id: str) -> list[PlannerOutcomeRecord]:
         """Planner outcomes of the completing attempts: what sub-agent trainers use as
-        r_correct_main (SPEC 1.2). Ordered by (query_id, rollout)."""
+        r_correct_main (docs/algorithm.md, '1.2 Rewards'). Ordered by (query_id, rollout)."""
         stmt = (select(PlannerOutcome).join(Rollout, _completing(PlannerOutcome))
                 .where(PlannerOutcome.round_id == round_id)
                 .order_by(PlannerOutcome.query_id, PlannerOutcome.rollout))
@@ -413,7 +413,7 @@ class TrainingMixin(StoreBase):
         """Observed d_k of ``agent``, completing attempts only, newest first; ``last_n``
         keeps the newest n observations; ``run_id`` keeps that run's rounds only.
 
-        Input of ``d: auto`` (SPEC 1.3: the 99th percentile of observed d_k), which reads
+        Input of ``d: auto`` (the 99th percentile of observed d_k), which reads
         one run's history (a shared store holds other runs' too).
         """
         stmt = (select(ObservedD.d).join(Rollout, _completing(ObservedD))

@@ -1,4 +1,5 @@
-"""`mgrpo ablate`: the paper's comparison at small scale (SPEC 1.6).
+"""`mgrpo ablate`: the paper's comparison at small scale (docs/results.md, 'The paper's ablation
+with power').
 
 Three variants from the same expert demonstrations and warm-start recipe, several RL seeds
 each: **single-agent GRPO** (one model plays planner and tools, warm-started on the inline

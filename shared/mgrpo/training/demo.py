@@ -6,7 +6,8 @@ again -> before/after table, curves (PNG) and TensorBoard logs under ``runs/demo
 
 The warm start is deliberately imperfect: a share of the planner's demonstrations answers
 without delegating (a plausible wrong guess). Greedy decoding then inherits part of that
-habit, which leaves RL room to show (SPEC 3: spread-thin noise leaves greedy at 100%).
+habit, which leaves RL room to show (noise spread thinly over the demonstrations leaves greedy
+accuracy at 100%).
 """
 
 from __future__ import annotations

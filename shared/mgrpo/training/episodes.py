@@ -6,7 +6,8 @@ it produces are handed to ``dispatch`` in one list, so sub-agent turns batch too
 grow by appending token ids (generated: response_mask 1; headers and observations: 0), the
 same way the SFT data is tokenised (``mgrpo.models.sft.encode_segments``).
 
-``inline=True`` is the single-agent baseline (SPEC 1.6): the planner's own model plays every
+``inline=True`` is the single-agent baseline (docs/algorithm.md, 'Algorithms by mode'): the
+planner's own model plays every
 sub-agent role inside its own context, so one trajectory holds the whole episode.
 
 Not here: rewards (``mgrpo.training.scoring``), transport (``dispatch`` is injected: in

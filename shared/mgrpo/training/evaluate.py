@@ -3,7 +3,7 @@ and each sub-agent's own correctness (r_expert, the run's judge; a format-invali
 scores 0) averaged over its calls.
 
 Sampled (temperature from the config, T = 1 by default) and greedy accuracy are both
-reported: a warm start can look perfect greedily while its samples are noisy (SPEC 3).
+reported: a warm start can look perfect greedily while its samples are noisy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""SFT data for the single-agent baseline (SPEC 1.6): one context that plays every role.
+"""SFT data for the single-agent baseline (``algorithm: grpo``; docs/algorithm.md, 'Algorithms
+by mode'): one context that plays every role.
 
 The ``grpo`` algorithm runs :class:`~mgrpo.training.episodes.EpisodeRunner` with
 ``inline_tools``: after the planner's model generates ``<call>searcher|task</call>`` it goes

@@ -18,17 +18,18 @@ from mgrpo.validation import StrictModel
 
 
 class RewardWeights(StrictModel):
-    """SPEC 1.2 (paper Eq. 4-5). Planner: a = (format, correct); sub-agent: b = (format,
-    correct_main, expert)."""
+    """Reward weights (paper Eq. 4-5; docs/algorithm.md, '1.2 Rewards'). Planner: a = (format,
+    correct); sub-agent: b = (format, correct_main, expert)."""
 
     planner: tuple[float, float] = (0.1, 0.9)
     subagent: tuple[float, float, float] = (0.1, 0.4, 0.5)
 
 
 class LossConfig(StrictModel):
-    """SPEC 1.4. ``agg``: token-mean (DAPO, default) weighs every token equally;
-    seq-mean-token-mean (original GRPO) weighs every sequence equally, so short answers pull
-    harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of both."""
+    """The policy loss (docs/algorithm.md, '1.4 Policy loss'). ``agg``: token-mean (DAPO, default)
+    weighs every token equally; seq-mean-token-mean (original GRPO) weighs every sequence equally,
+    so short answers pull harder; seq-mean-token-sum-norm (Dr. GRPO) removes the length bias of
+    both."""
 
     key_aliases: ClassVar[dict[str, tuple[str, str]]] = aliases.LOSS
 

@@ -25,7 +25,7 @@ class ModelConfig(StrictModel):
 
     path: str = Field(description="Local HF folder (or checkpoint) to start from.")
     lr: float = Field(2e-4, gt=0, description="Adam lr. Calibrated: 2e-4 stable on tiny "
-                      "models; 5e-4 collapsed (SPEC 3).")
+                      "models; 5e-4 collapsed.")
     grad_clip: float = 1.0
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch over a round's "
                               "samples.")

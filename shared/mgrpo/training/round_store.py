@@ -132,7 +132,8 @@ def staleness_metrics(lm, trajs, round_index: int, admission=None) -> dict[str, 
 
 def ingest_episodes(store, round_id: str, episodes, outcomes) -> None:
     """The planner side's hand-off: trajectories into the store, then the outcomes and each
-    rollout marked complete with the attempt that produced them (SPEC 2.2 step 3). Three
+    rollout marked complete with the attempt that produced them (docs/services.md, 'One round
+    (distributed)', step 4). Three
     transactions for the whole round, as the planner worker's batches: the attempts
     (``begin_attempts``), the trajectories, then outcomes and completions together
     (``finish_episodes``); a rollout completed before a crash keeps its stored attempt."""

@@ -1,4 +1,5 @@
-"""The steps of one training round (SPEC 2.2), shared by embedded mode and the services.
+"""The steps of one training round (docs/services.md, 'One round (distributed)'), shared by
+embedded mode and the services.
 
 1. :func:`collect` plays B queries x K rollouts.
 2. :func:`score` turns each episode into the planner's outcome (what the store holds and the
@@ -67,7 +68,8 @@ def score(system, episodes: list[Episode]) -> list[PlannerOutcome]:
 
 
 def choose_d(cfg: RunConfig, observed: list[int]) -> int:
-    """SPEC 1.3: a fixed d, or auto: the 99th percentile of observed d_k (>= 1)."""
+    """Alignment's d (docs/algorithm.md, 'Sub-agents: trajectory alignment'): a fixed d, or auto:
+    the 99th percentile of observed d_k (>= 1)."""
     if cfg.d != "auto":
         return int(cfg.d)
     return int(auto_d(torch.tensor(observed or [1]), quantile=0.99))

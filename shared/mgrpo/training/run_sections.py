@@ -20,7 +20,8 @@ from mgrpo.validation import StrictModel
 
 
 class StageConfig(StrictModel):
-    """A curriculum stage (SPEC 1.6): which training questions, for how many rounds.
+    """A curriculum stage (docs/configuration.md, 'Run config (YAML)', ``stages``): which training
+    questions, for how many rounds.
     ``max_success``: keep only queries whose success rate under the system at the start of
     the stage is below this threshold (1.0 = keep all)."""
 

@@ -1,4 +1,5 @@
-"""Rewards and advantages for one model's share of a round (SPEC 1.2-1.3).
+"""Rewards and advantages for one model's share of a round (docs/algorithm.md, '1.2 Rewards'
+and '1.3 Group-relative advantages').
 
 The planner side scores each episode (:func:`score_episode`) and writes the outcome to the
 stats store; a sub-agent trainer reads those outcomes back (``r_correct_main``) and never

@@ -1,5 +1,5 @@
 """The stages of a run: which stage each round belongs to, and a stage's training pool
-(difficulty-filtered when the stage says so, SPEC 1.6).
+(difficulty-filtered when the stage says so; docs/algorithm.md, 'Algorithms by mode').
 
 A filtered pool is stored (``<out_dir>/pools/<run>-stage<i>.json``: the kept question ids and
 the filter's settings) when it is first computed and read back afterwards, so an embedded
@@ -44,8 +44,8 @@ def filter_round_id(run_id: str, stage_index: int) -> str:
 
 
 def hard_questions(pool: list, correct: list[tuple[str, float]], max_success: float) -> list:
-    """SPEC 1.6's filter: the questions of ``pool`` whose success rate over their filter
-    rollouts (``correct``: (query id, 0/1) per rollout) is below ``max_success``; the whole
+    """The curriculum's difficulty filter: the questions of ``pool`` whose success rate over their
+    filter rollouts (``correct``: (query id, 0/1) per rollout) is below ``max_success``; the whole
     pool if none is (a stage never runs out of questions)."""
     success: dict[str, list[float]] = {}
     for query_id, value in correct:
@@ -66,8 +66,8 @@ def clear_pools(cfg: RunConfig, run_id: str) -> None:
 
 
 def stage_pool(system: System, stage_index: int, run_id: str | None = None) -> list:
-    """Training questions of a stage, difficulty-filtered when ``max_success`` < 1 (SPEC
-    1.6): keep queries the system at the start of the stage solves less often than the
+    """Training questions of a stage, difficulty-filtered when ``max_success`` < 1:
+    keep queries the system at the start of the stage solves less often than the
     threshold; stored, and reused when the stage's pool is asked for again (a resume). The
     distributed path (``mgrpo.services.rounds``) plays the same episodes as a filter round."""
     stage = system.cfg.stages[stage_index]

@@ -1,4 +1,5 @@
-"""AT-GRPO tree sampling (SPEC 1.5; Stronger-MAS, Zhao et al., arXiv 2510.11062).
+"""AT-GRPO tree sampling (docs/algorithm.md, '1.5 AT-GRPO'; Stronger-MAS, Zhao et al., arXiv
+2510.11062).
 
 One tree per query. At each turn t of each agent i, K candidate actions are sampled from the
 SAME state (K requests on one context, seeds differing by candidate); each is scored with the

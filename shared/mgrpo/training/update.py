@@ -1,4 +1,5 @@
-"""One model's policy update from its samples (SPEC 1.4): the trainer's inner loop.
+"""One model's policy update from its samples (docs/algorithm.md, 'The update'): the trainer's
+inner loop.
 
 Samples are padded once to a common length T (on the model's device) and, for each of
 ``ppo_epochs`` epochs, shuffled and split into ``mini_batches`` optimizer steps, each

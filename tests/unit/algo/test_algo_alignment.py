@@ -1,4 +1,5 @@
-"""Sub-agent trajectory alignment (SPEC 1.3) and auto d."""
+"""Sub-agent trajectory alignment (docs/algorithm.md, 'Sub-agents: trajectory alignment') and
+auto d."""
 
 from __future__ import annotations
 

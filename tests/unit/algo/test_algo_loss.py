@@ -1,4 +1,5 @@
-"""Policy loss (SPEC 1.4): hand-computed K = 4 cases per aggregation, KL, masking, gradient."""
+"""Policy loss (docs/algorithm.md, '1.4 Policy loss'): hand-computed K = 4 cases per aggregation,
+KL, masking, gradient."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reward composition with the format gate (SPEC 1.2, Eq. 4-5) and the AT-GRPO turn reward."""
+"""Reward composition with the format gate (Eq. 4-5; docs/algorithm.md, '1.2 Rewards') and the
+AT-GRPO turn reward."""
 
 from __future__ import annotations
 

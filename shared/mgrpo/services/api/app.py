@@ -1,4 +1,4 @@
-"""The planner service's FastAPI app (SPEC 2.6). OpenAPI at ``/docs`` and ``/openapi.json``.
+"""The planner service's FastAPI app (docs/api.md). OpenAPI at ``/docs`` and ``/openapi.json``.
 
 :func:`create_app` takes an :class:`~mgrpo.services.api.deps.ApiState` (tests pass their own
 store and bus) or builds one from settings. Bad input gets 422 with one readable ``message``

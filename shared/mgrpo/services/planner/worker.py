@@ -1,4 +1,5 @@
-"""The planner worker (SPEC 2.2 steps 2-3): takes a batch of ``EpisodeTask``s, plays them as
+"""The planner worker (docs/services.md, 'One round (distributed)', steps 2 and 4): takes a
+batch of ``EpisodeTask``s, plays them as
 ONE batched run of the library's :class:`~mgrpo.training.episodes.EpisodeRunner` with
 delegations over the bus, then for each episode: scores it, hands its trajectory to the
 planner model's trainer, writes the outcome, completes the rollout, and records d_k.

@@ -1,4 +1,5 @@
-"""When a trainer's part of a round is complete (SPEC 2.2 step 4): every rollout completed
+"""When a trainer's part of a round is complete (docs/services.md, 'One round (distributed)',
+step 5): every rollout completed
 AND, for each role its model plays, the completing attempts' trajectories are all ingested:
 one per rollout for the planner, and for a sub-agent each call the planner worker recorded as
 answered (its invocation numbers; d_k of them), or d_k trajectories where only the count was

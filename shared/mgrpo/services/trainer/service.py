@@ -1,5 +1,6 @@
-"""One model's trainer service (SPEC 2.2 step 4): ingest that model's trajectories, wait for
-its part of each round, train with the library, checkpoint, publish, announce.
+"""One model's trainer service (docs/services.md, 'One round (distributed)', step 5): ingest that
+model's trajectories, wait for its part of each round, train with the library, checkpoint, publish,
+announce.
 
 - Ingestion (``trainer.<model>``): batched, one transaction per batch, idempotent
   (:mod:`mgrpo.services.trainer.ingest`); every ingested batch wakes the round loop.
