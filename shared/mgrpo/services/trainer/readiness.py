@@ -1,11 +1,11 @@
 """When a trainer's part of a round is complete (docs/services.md, 'One round (distributed)',
 step 5): every rollout completed AND, for each role its model plays, the completing
-attempts' trajectories are all ingested: one per rollout for the planner, and for a sub-agent each call the planner worker recorded as
-answered (its invocation numbers; d_k of them), or d_k trajectories where only the count was
-recorded. :func:`recorded_only` keeps, of what was ingested, the recorded calls only: a
-well-formed trajectory of a live round that the planner never recorded is not trained.
-AT-GRPO (``tree``): per rollout (candidate slot) and role, the counts the planner
-worker recorded, the planner's too.
+attempts' trajectories are all ingested: one per rollout for the planner, and for a sub-agent
+each call the planner worker recorded as answered (its invocation numbers; d_k of them), or
+d_k trajectories where only the count was recorded. :func:`recorded_only` keeps, of what was
+ingested, the recorded calls only: a well-formed trajectory of a live round that the planner
+never recorded is not trained. AT-GRPO (``tree``): per rollout (candidate slot) and role, the
+counts the planner worker recorded, the planner's too.
 
 What this module does NOT do: decide WHEN to check (the trainer checks when woken: an
 ingested batch, a round command) or train.
