@@ -26,7 +26,7 @@ from mgrpo.models.checkpoint import MANIFEST, list_versions, version_uri
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import round_id_of
-from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.round_spec import run_config_of
 from mgrpo.training.run_lock import live_owner
 from mgrpo.training.watch import RunWatch
 
@@ -68,13 +68,10 @@ def stored_run_config(run) -> RunConfig | None:
     """The run config a stored run (a ``RunRecord``) was created with; None for no run, a
     run stored without one, or one this library cannot read (the page shows the run without
     it rather than failing)."""
-    if run is None or not run.config:
-        return None
     try:
-        spec = RoundSpec.from_stored(run.config)
+        return run_config_of(run)
     except ValidationError:
         return None
-    return spec.run if spec is not None else None
 
 
 def list_runs(store, run_dir: Path | None = None) -> list[dict]:

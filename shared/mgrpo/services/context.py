@@ -29,7 +29,7 @@ from mgrpo.store import Store
 from mgrpo.tools import build_configured_tool
 from mgrpo.training.config import ModelConfig, RunConfig
 from mgrpo.training.config_files import load_run_config
-from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.round_spec import RoundSpec, run_config_of
 from mgrpo.training.system import tool_resources
 from mgrpo.workflows import refuse_outside_services
 
@@ -104,9 +104,7 @@ def round_spec(record, default: RunConfig | None = None) -> RoundSpec | None:
 def stored_run_config(store, run_id: str) -> RunConfig | None:
     """The run config ``run_id`` was created with; None when the store holds no such run or
     it was created without one."""
-    run = store.get_run(run_id)
-    spec = RoundSpec.from_stored(run.config) if run is not None else None
-    return spec.run if spec is not None else None
+    return run_config_of(store.get_run(run_id))
 
 
 def agent_engine(cfg: RunConfig, role: str, settings: Settings) -> str:

@@ -39,6 +39,7 @@ from mgrpo.store.records import TERMINAL_ROUND_STATUSES, QueryRecord
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import filter_round_id, hard_questions, stage_at
 from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.round_store import round_id_of
 from mgrpo.training.rounds import sample_questions
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,6 @@ def check_init_from(store, cfg: RunConfig, run_id: str) -> None:
             what = f"v{init.version}" if init.version else "any checkpoint"
             raise RoundRefused(f"init_from: run {init.run_id!r} has no {what} of {model}; "
                                "list them with GET /v1/checkpoints?run_id=" + init.run_id)
-
-
-def round_id_of(run_id: str, index: int) -> str:
-    return f"{run_id}-r{index:04d}"
 
 
 class RoundTooBig(RoundRefused):

@@ -40,7 +40,8 @@ from mgrpo.workflows.config import WorkflowConfig
 
 __all__ = ["MAX_VERSION", "RUN_ID_PATTERN", "InitFrom", "JudgeConfig", "LLMVerifierConfig",
            "LossConfig", "ModelConfig", "ProtocolConfig", "RewardWeights", "RunConfig",
-           "SamplingConfig", "StageConfig", "apply_overrides", "check_plugin_specs"]
+           "SamplingConfig", "StageConfig", "apply_overrides", "check_plugin_specs",
+           "overridden"]
 
 
 class RunConfig(StrictModel):
@@ -363,6 +364,14 @@ def check_plugin_specs(cfg: RunConfig) -> None:
     check_verifier(cfg.verifier)
     for role, judge in cfg.judges.items():
         check_judge_kind(judge.kind, f"judges.{role}.kind")
+
+
+def overridden(cfg: RunConfig, overrides: dict) -> RunConfig:
+    """A new run config: ``cfg`` with ``overrides`` set (keys as :func:`apply_overrides`
+    takes them), validated again as a whole, so an override the run config refuses raises
+    pydantic's ``ValidationError`` (``model_copy(update=...)`` would keep it unchecked).
+    ``cfg`` goes through its stored form (JSON), as a round's config does."""
+    return RunConfig.model_validate(apply_overrides(cfg.model_dump(mode="json"), overrides))
 
 
 def apply_overrides(data: dict, overrides: dict) -> dict:

@@ -61,3 +61,11 @@ class RoundSpec(StrictModel):
         """A tree round (AT-GRPO): a training round (index >= 0; a curriculum filter round,
         index < 0, plays ordinary episodes) of a tree algorithm."""
         return self.run.algo.tree and index >= 0
+
+
+def run_config_of(run) -> RunConfig | None:
+    """The run config a stored run (a ``RunRecord``, or None) was created with; None for no
+    run or a run stored without one. A stored config this library cannot read raises
+    pydantic's ``ValidationError``."""
+    spec = RoundSpec.from_stored(run.config) if run is not None else None
+    return spec.run if spec is not None else None

@@ -59,6 +59,21 @@ def test_bad_input_gets_422_with_a_message(client):
     assert response.json()["message"] == "body: unknown key 'kk' (did you mean 'k'?)"
 
 
+def test_an_override_the_run_config_refuses_gets_422(client, monkeypatch):
+    """The overrides are validated with the whole run config (not ``model_copy``): a value
+    the request schema let through but ``RunConfig`` refuses is a 422, and no round starts.
+    (Today's request schema bounds k as tightly as RunConfig; a looser one is simulated.)"""
+    from mgrpo.services.api.routes import rounds
+    from mgrpo.training.config import overridden
+
+    monkeypatch.setattr(rounds, "overridden", lambda cfg, o: overridden(cfg, {**o, "k": 1}))
+    before = len(client.get("/v1/rounds").json())
+    response = client.post("/v1/rounds", json={"run_id": "refused-k", "k": 3}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert response.json()["message"].startswith("body.k: "), response.json()
+    assert len(client.get("/v1/rounds").json()) == before
+
+
 def test_unknown_round_is_404(client):
     response = client.get("/v1/rounds/nope")
     assert response.status_code == 404 and "does not exist" in response.json()["detail"]

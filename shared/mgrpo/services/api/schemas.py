@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from mgrpo.bus.control import RoundSize
+from mgrpo.store.records import AgentRecord
 from mgrpo.training.config import InitFrom
 from mgrpo.validation import StrictModel
 
@@ -139,14 +140,10 @@ class EvaluationJobOut(BaseModel):
     finished_at: datetime | None = None
 
 
-class AgentOut(BaseModel):
-    name: str
-    tool: str | None
-    description: str
-    queue: str
-    model: str
-    registered_at: datetime
-    heartbeat_at: datetime
+# The store's registry row as the API answers it: the same fields, under the OpenAPI schema
+# name AgentOut (no docstring: it would become the schema's description).
+class AgentOut(AgentRecord):
+    pass
 
 
 class CheckpointOut(BaseModel):

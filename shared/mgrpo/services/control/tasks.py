@@ -56,7 +56,7 @@ from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.services.context import Queues
 from mgrpo.services.rounds import cancel_round, check_round_size, round_id_of, start_round
 from mgrpo.services.team import is_team
-from mgrpo.training.config import RunConfig
+from mgrpo.training.config import RunConfig, overridden
 
 log = logging.getLogger("mgrpo.control")
 
@@ -108,7 +108,7 @@ def round_command(ctx: ControlContext, command: StartRound | CancelRound) -> Non
         return
     overrides = {k: v for k, v in {"queries_per_round": command.queries_per_round,
                                    "k": command.k}.items() if v is not None}
-    cfg = ctx.cfg.model_copy(update=overrides)
+    cfg = overridden(ctx.cfg, overrides)
     run_id = command.run_id or cfg.name
     if command.index is not None and \
             ctx.store.get_round(round_id_of(run_id, command.index)) is not None:

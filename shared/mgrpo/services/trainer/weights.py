@@ -22,8 +22,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from mgrpo.bus.app import control_app, send_control
 from mgrpo.bus.control import TASK_PRUNE_CHECKPOINTS, PruneCheckpoints
 from mgrpo.config import Settings
@@ -52,23 +50,17 @@ from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.services.context import folder_weights, initial_weights, stored_run_config
 from mgrpo.training.config import RunConfig
 from mgrpo.training.precision import fresh_optimizer
+from mgrpo.training.system import LoadedModel
 
 # the trainer's lines keep one logger name
 log = logging.getLogger("mgrpo.services.trainer.service")
 
 
 @dataclass
-class TrainedModel:
-    """The shape :func:`train_model` expects (``LoadedModel`` of embedded mode)."""
+class TrainedModel(LoadedModel):
+    """Embedded mode's :class:`~mgrpo.training.system.LoadedModel` (what :func:`train_model`
+    expects) plus the trainer's torchrun job."""
 
-    name: str
-    model: torch.nn.Module
-    tokenizer: object
-    engine: object
-    optimizer: torch.optim.Optimizer | None
-    version: int = 0
-    ref_model: torch.nn.Module | None = None  # KL reference, built on first use (reference.py)
-    ref_key: tuple | None = None  # (run id, resolved path, sharded) of ref_model
     ranks: object | None = None  # torchrun job (mgrpo.parallel.ranks.Ranks) or None
 
 

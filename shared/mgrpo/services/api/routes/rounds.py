@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from mgrpo.services.api.deps import Authorized, State
 from mgrpo.services.api.routes.health import embedded_problem, missing_round_workers
@@ -23,6 +24,7 @@ from mgrpo.services.rounds import (
     start_round,
 )
 from mgrpo.services.team import is_team
+from mgrpo.training.config import overridden
 
 router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
@@ -41,7 +43,11 @@ def _start(state, body: RoundIn) -> RoundOut:
     overrides = {k: v for k, v in {"queries_per_round": body.queries_per_round,
                                    "k": body.k, "init_from": body.init_from}.items()
                  if v is not None}
-    cfg = state.cfg.model_copy(update=overrides)
+    try:
+        cfg = overridden(state.cfg, overrides)
+    except ValidationError as error:  # a combination the run config refuses: 422, not 500
+        raise RequestValidationError([{"loc": ("body", *e["loc"]), "type": e["type"],
+                                       "msg": e["msg"]} for e in error.errors()]) from error
     bench = None if is_team(cfg) else state.benchmark()  # a turn team: its world's tasks
     try:
         check_round_size(cfg, bench)
