@@ -26,7 +26,7 @@ is re-exported here for ``tests/integration/services/test_services_parity.py`` a
 (co-training, main-only, grpo, curriculum, at_grpo), :func:`inprocess_round` (the same
 service classes in one process, on the in-memory bus), :func:`distributed_round`,
 :func:`read_round`, :func:`compare_rounds`, and :func:`prepare_cached` (the warm-started
-models built once per machine and code version, on disk; ``mgrpo.training.tiny_assets``).
+models built once per machine and code version, on disk; ``mgrpo.experiments.tiny_assets``).
 
 Repeats (``--repeats N``, default 3): N timed rounds per mode and size, the modes alternated
 in ABBA pairs (embedded, distributed, distributed, embedded, ...; ``round_repeats.py``), each
@@ -45,7 +45,7 @@ while the per-round fixed costs (messages, readiness, checkpoint, publish) stay 
 What it does NOT do: measure throughput at scale (tiny models on a shared 2-core machine:
 process and broker overheads dominate).
 
-The warm-started models come from :func:`mgrpo.training.tiny_assets.prepare_cached`
+The warm-started models come from :func:`mgrpo.experiments.tiny_assets.prepare_cached`
 (``--sft-steps``, default 150: the planner then delegates; ``delegations`` in the JSON counts
 the sub-agent trajectories of each round).
 
@@ -87,7 +87,7 @@ from round_services import (  # noqa: E402,F401 - re-exported
     wait_round,
 )
 
-from mgrpo.training.tiny_assets import prepare, prepare_cached  # noqa: E402,F401 - harness API
+from mgrpo.experiments.tiny_assets import prepare, prepare_cached  # noqa: E402,F401 - harness API
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "round.json"
 

@@ -49,7 +49,7 @@ from report import fit, load_avg, progress, write_result  # noqa: E402
 from round import delegations, make_config, prepare_cached  # noqa: E402
 from round_services import distributed_round  # noqa: E402
 
-from mgrpo.training.tiny_assets import STAGES  # noqa: E402
+from mgrpo.experiments.tiny_assets import STAGES  # noqa: E402
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "round_scaling.json"
 

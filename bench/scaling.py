@@ -1,7 +1,7 @@
 """How one training round's wall time grows with K, B and the number of sub-agent types.
 
 The work is ``bench/round.py``'s (imported, not copied): its warm-started tiny models
-(:func:`mgrpo.training.tiny_assets.prepare_cached`, ``--sft-steps`` 150 as in round.py: the
+(:func:`mgrpo.experiments.tiny_assets.prepare_cached`, ``--sft-steps`` 150 as in round.py: the
 planner delegates), its run config (:func:`round.make_config`, M-GRPO
 co-training) and its embedded round (:func:`round.embedded_round`: ``run_round`` in this
 process on a fresh SQLite store; model loading is not timed). Three one-factor sweeps around
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from round import delegations, embedded_round, machine, make_config  # noqa: E402
 
-from mgrpo.training.tiny_assets import prepare_cached  # noqa: E402
+from mgrpo.experiments.tiny_assets import prepare_cached  # noqa: E402
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "scaling.json"
 

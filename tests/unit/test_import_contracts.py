@@ -27,12 +27,16 @@ ALGO_ALLOWED = {"torch", "numpy", "pydantic", "__future__"}
 # room (or module) -> the rooms and modules above it, which it never imports
 # (docs/architecture.md)
 ABOVE = {
-    "mgrpo.parallel": ("mgrpo.training", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
-    # config text < the run config < the demo's config < which file is which kind
-    "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.demo",
-                                   "mgrpo.training.config_files"),
-    "mgrpo.training.config": ("mgrpo.training.demo", "mgrpo.training.config_files"),
-    "mgrpo.training.demo": ("mgrpo.training.config_files",),
+    "mgrpo.parallel": ("mgrpo.training", "mgrpo.experiments", "mgrpo.services", "mgrpo.cli",
+                       "mgrpo.dashboard"),
+    # the training loop < the experiments on it (demo, ablations, plots, ...) < the CLI;
+    # the services run the loop and never an experiment
+    "mgrpo.training": ("mgrpo.experiments", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
+    "mgrpo.experiments": ("mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
+    "mgrpo.services": ("mgrpo.experiments", "mgrpo.cli"),
+    # config text < the run config < which file is which kind
+    "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.config_files"),
+    "mgrpo.training.config": ("mgrpo.training.config_files",),
 }
 # mgrpo.services: the parts' rooms (planner, subagent, trainer, control) never import each
 # other, the API or the entry points; the shared pieces at mgrpo.services level import none

@@ -41,7 +41,7 @@ def test_an_embedded_round_samples_with_vllm_and_vllm_gets_the_updated_weights(t
     from parity_kit import PARITY_SFT_STEPS
     from round_harness import make_config
 
-    from mgrpo.training.tiny_assets import prepare_cached
+    from mgrpo.experiments.tiny_assets import prepare_cached
 
     venv = vllm_venv()  # skip (or fail in CI) before building the models when there is no vLLM
     warm = prepare_cached(PARITY_SFT_STEPS)

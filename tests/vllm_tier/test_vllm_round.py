@@ -38,7 +38,7 @@ QUESTIONS = 8
 def warm():
     from parity_kit import PARITY_SFT_STEPS
 
-    from mgrpo.training.tiny_assets import prepare_cached
+    from mgrpo.experiments.tiny_assets import prepare_cached
 
     vllm_venv()  # skip (or fail in CI) before building the models when there is no vLLM
     return prepare_cached(PARITY_SFT_STEPS)

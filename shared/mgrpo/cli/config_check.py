@@ -1,6 +1,6 @@
 """`mgrpo config check FILE`: validate a config file without running it.
 
-Thin: :func:`mgrpo.training.config_files.check_file` does the work.
+Thin: :func:`mgrpo.experiments.config_files.check_file` does the work.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def check(files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
     demo config for `mgrpo demo`/`ablate`), and check that every file or folder it names
     (model paths, bench_dir, prompts) exists. Exit 1 if any file has a problem."""
     # on use: keeps torch out of the CLI's start
-    from mgrpo.training.config_files import COMMANDS, check_file
+    from mgrpo.experiments.config_files import COMMANDS, check_file
 
     failed = False
     for path in files:

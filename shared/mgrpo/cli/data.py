@@ -192,8 +192,8 @@ def transcripts(teacher: str = typer.Option(..., help="a local HF model folder, 
     from mgrpo.config import Settings
     from mgrpo.engines.registry import build_engine
     from mgrpo.envs import load_benchmark
+    from mgrpo.experiments.transcripts import write_transcripts
     from mgrpo.training.config_files import load_run_config
-    from mgrpo.training.transcripts import write_transcripts
     from mgrpo.workflows import refuse_embedded_only
 
     cfg = load_run_config(config)

@@ -114,11 +114,11 @@ def train(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     out_dir is refused unless --resume (continue it) or --overwrite (replace it). One log
     line per round on stderr; a progress bar as well on a terminal."""
     # on use: keeps torch, sqlalchemy out of the CLI's start
+    from mgrpo.experiments.plots import plot_run
     from mgrpo.progress import log_line
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.loop import run_training
     from mgrpo.training.numerics import pin
-    from mgrpo.training.plots import plot_run
 
     if steps is not None and rounds is not None:
         raise typer.BadParameter("give the run's length once: --rounds or --steps",
@@ -213,7 +213,7 @@ def plot(run: Path = typer.Argument(..., exists=True, file_okay=False,
          ) -> None:
     """Write reward/accuracy/loss/time curves of a run as PNGs."""
     # on use: keeps the library out of the CLI's start
-    from mgrpo.training.plots import plot_run
+    from mgrpo.experiments.plots import plot_run
 
     if not (run / "metrics.csv").exists():
         raise typer.BadParameter(f"{run} has no metrics.csv; is it a run folder?")
@@ -237,7 +237,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Output folder."),
     """The laptop demo: warm start, then M-GRPO co-training, embedded; before/after table.
     Log lines on stderr for each warm-start evaluation, RL round and held-out evaluation."""
     # on use: keeps the library out of the CLI's start
-    from mgrpo.training.demo import run_demo
+    from mgrpo.experiments.demo import run_demo
 
     set_quiet(quiet)
     run_demo(demo_config(out, seed, rounds, config, set_), log_every=log_every)
@@ -266,17 +266,9 @@ def read_demo_config(config: Path | None) -> dict:
 def validate_demo_config(config: Path | None, fields: dict):
     """A DemoConfig of ``fields`` (read from ``config``); a run config is refused as one."""
     # on use: keeps torch out of the CLI's start
-    from pydantic import ValidationError
+    from mgrpo.experiments.config_files import load_demo_config
 
-    from mgrpo.training.config_files import wrong_kind
-    from mgrpo.training.demo import DemoConfig
-
-    try:
-        return DemoConfig.model_validate(fields)
-    except ValidationError:
-        if config is not None and (error := wrong_kind(config, fields, "demo")) is not None:
-            raise error from None
-        raise
+    return load_demo_config(config, fields)
 
 
 def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
@@ -299,11 +291,11 @@ def ablate(out: Path = typer.Option(Path("runs/ablate"), help="Output folder."),
     with a turn team's ablation config (`kind: turn_team`: its own arms, seeds and out_dir,
     the other options unused), that config's arms."""
     # on use: keeps the library out of the CLI's start
-    from mgrpo.training.ablate import AblateConfig, run_ablation
+    from mgrpo.experiments.ablate import AblateConfig, run_ablation
 
     if config is not None and read_demo_config(config).get("kind") == "turn_team":
         # on use: keeps the library out of the CLI's start
-        from mgrpo.training.team_ablate import load_team_ablate, run_team_ablation
+        from mgrpo.experiments.team_ablate import load_team_ablate, run_team_ablation
 
         run_team_ablation(load_team_ablate(config))
         return
@@ -325,7 +317,7 @@ def compare(arm: list[str] = typer.Option(..., help="NAME=RUN_DIR,RUN_DIR,... (o
     """Arms side by side: held-out accuracy after RL, generated tokens per round, and the
     first arm minus each other, paired on the same questions (95% bootstrap)."""
     # on use: keeps the library out of the CLI's start
-    from mgrpo.training.compare import compare_markdown
+    from mgrpo.experiments.compare import compare_markdown
 
     arms = {}
     for item in arm:

@@ -1,26 +1,28 @@
-"""Config files as a user meets them: reading (a YAML error names the file), ``--set``
-values (YAML), ``--rounds`` and ``--steps``, which command a file belongs to, and
-``mgrpo config check``.
+"""Run config files as a user meets them: reading (a YAML error names the file), ``--set``
+values (YAML), ``--rounds`` and ``--steps``, and which command a file belongs to.
 
 Three kinds of YAML file configure a run: a run config
 (:class:`~mgrpo.training.config.RunConfig`: ``mgrpo train``, ``eval``, ``up`` and the
-services), a demo config (:class:`~mgrpo.training.demo.DemoConfig`: ``mgrpo demo`` and
-``mgrpo ablate``) and a team ablation config
-(:class:`~mgrpo.training.team_ablate.TeamAblateConfig`, ``kind: turn_team``: ``mgrpo
-ablate``). Given to the wrong command, a file would be answered with one ``unknown key`` per
-option; :func:`wrong_kind` says which command it is for instead.
+services), and the experiments' demo config (``DemoConfig``: ``mgrpo demo`` and ``mgrpo
+ablate``) and team ablation config (``TeamAblateConfig``, ``kind: turn_team``: ``mgrpo
+ablate``), both read by :mod:`mgrpo.experiments.config_files`. Given to the wrong command, a
+file would be answered with one ``unknown key`` per option; :func:`wrong_kind` says which
+command it is for instead. It knows the experiments' kinds by their top-level keys
+(:data:`KIND_KEYS`), not their models, so that reading a run config imports no experiment
+(tests/unit/cli/test_cli_config_ergonomics.py checks the keys are the models' fields).
 
-It sits above the config models; none imports it.
+It sits above the run config model; none of the training loop imports it.
 
-What this module does NOT do: define options (``mgrpo.training.config``) or run anything.
+What this module does NOT do: define options (``mgrpo.training.config``), validate a demo or
+team ablation config, ``mgrpo config check`` (:mod:`mgrpo.experiments.config_files`), or run
+anything.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from mgrpo.training.config import RunConfig, apply_overrides
 from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cli, tests)
@@ -33,9 +35,6 @@ from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cl
     rounds_for_steps,
     with_rounds,
 )
-from mgrpo.training.demo import DemoConfig
-from mgrpo.training.team_ablate import TeamAblateConfig, load_team_ablate
-from mgrpo.validation import one_line
 
 COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services' "
                    "MGRPO_RUN_CONFIG",
@@ -43,12 +42,25 @@ COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services'
             "team ablation": "`mgrpo ablate --config FILE`"}
 
 
-KINDS: dict[str, type[BaseModel]] = {"run": RunConfig, "demo": DemoConfig,
-                                     "team ablation": TeamAblateConfig}
+# kind -> (its model's name, its top-level keys); the experiments' kinds as plain data, so
+# this module imports none of them (mgrpo.experiments.config_files holds their models)
+KIND_KEYS: dict[str, tuple[str, frozenset[str]]] = {
+    "run": ("RunConfig", frozenset(RunConfig.model_fields)),
+    "demo": ("DemoConfig", frozenset({
+        "out_dir", "seed", "stage", "demos_per_agent", "n_train", "planner_errors",
+        "searcher_errors", "coder_errors", "tools", "sft_steps", "train_entities",
+        "held_out_entities", "vocab_size", "n_test", "sft_batch", "rounds", "stages",
+        "eval_stage", "queries_per_round", "k", "lr", "eval_questions", "eval_every",
+        "threads", "cpu_kernels", "run_set"})),
+    "team ablation": ("TeamAblateConfig", frozenset({
+        "kind", "out_dir", "seeds", "test_tasks", "base", "arms", "baseline", "warm_start",
+        "swap", "results_md"})),
+}
 
 
-def _unknown_keys(model: type[BaseModel], data: dict) -> int:
-    return sum(1 for k in data if k not in model.model_fields)
+def _unknown_keys(kind: str, data: dict) -> int:
+    keys = KIND_KEYS[kind][1]
+    return sum(1 for k in data if k not in keys)
 
 
 def kind_of(data: dict) -> str | None:
@@ -57,7 +69,7 @@ def kind_of(data: dict) -> str | None:
     ``mgrpo ablate`` reads it); None on a tie (e.g. only keys two kinds have)."""
     if data.get("kind") == "turn_team":
         return "team ablation"
-    unknown = {kind: _unknown_keys(model, data) for kind, model in KINDS.items()}
+    unknown = {kind: _unknown_keys(kind, data) for kind in KIND_KEYS}
     best = min(unknown, key=unknown.get)
     if list(unknown.values()).count(unknown[best]) > 1:
         return None
@@ -72,56 +84,29 @@ def wrong_kind(path: str | Path, data: dict, expected: str) -> ConfigFileError |
         return None
     use = COMMANDS[kind].replace("FILE", str(path))
     return ConfigFileError(f"{path} is a {kind} config, not a {expected} config (its keys "
-                           f"are {KINDS[kind].__name__}'s)", f"use it with {use}")
+                           f"are {KIND_KEYS[kind][0]}'s)", f"use it with {use}")
 
 
-def path_fields(kind: str, cfg: BaseModel) -> dict[str, str]:
-    """The options of a validated config that name files or folders that must exist
+def run_path_fields(cfg: RunConfig) -> dict[str, str]:
+    """The options of a validated run config that name files or folders that must exist
     before it runs: {option: path}. Output folders (out_dir) are not among them, nor
     ``bench_dir`` of a workflow that does not read the benchmark (a turn team's world)."""
     out: dict[str, str] = {}
-    if kind == "run":
-        for name, model in cfg.models.items():
-            out[f"models.{name}.path"] = model.path
-            if model.ref_path:
-                out[f"models.{name}.ref_path"] = model.ref_path
-        if cfg.flow.reads_bench:
-            out["bench_dir"] = cfg.bench_dir
-        for role, judge in cfg.judges.items():
-            if judge.prompt:
-                out[f"judges.{role}.prompt"] = judge.prompt
-        llm = getattr(cfg, "verifier_llm", None)
-        if llm is not None and getattr(llm, "prompt", None):
-            out["verifier_llm.prompt"] = llm.prompt
-        if cfg.init_from is not None and cfg.init_from.out_dir:
-            out["init_from.out_dir"] = cfg.init_from.out_dir
-    if kind == "team ablation":
-        for where, section in [("base", cfg.base),
-                               *((f"arms.{arm}", over) for arm, over in cfg.arms.items())]:
-            for name, model in (section.get("models") or {}).items():
-                if isinstance(model, dict) and isinstance(model.get("path"), str):
-                    out[f"{where}.models.{name}.path"] = os.path.normpath(model["path"])
+    for name, model in cfg.models.items():
+        out[f"models.{name}.path"] = model.path
+        if model.ref_path:
+            out[f"models.{name}.ref_path"] = model.ref_path
+    if cfg.flow.reads_bench:
+        out["bench_dir"] = cfg.bench_dir
+    for role, judge in cfg.judges.items():
+        if judge.prompt:
+            out[f"judges.{role}.prompt"] = judge.prompt
+    llm = getattr(cfg, "verifier_llm", None)
+    if llm is not None and getattr(llm, "prompt", None):
+        out["verifier_llm.prompt"] = llm.prompt
+    if cfg.init_from is not None and cfg.init_from.out_dir:
+        out["init_from.out_dir"] = cfg.init_from.out_dir
     return out
-
-
-def check_file(path: str | Path) -> tuple[str, list[str]]:
-    """``mgrpo config check``: (the file's kind, its problems): validation errors, then each
-    path option whose file or folder does not exist (relative ones from the file's folder)."""
-    data = read_yaml(path)
-    kind = kind_of(data) or "run"
-    if kind == "run":
-        resolve_paths(data, path)
-    try:
-        cfg = (load_team_ablate(path, data) if kind == "team ablation"
-               else KINDS[kind].model_validate(data))
-    except ValidationError as exc:
-        return kind, [one_line(exc)]
-    problems = [f"{option}: {value} does not exist"
-                for option, value in path_fields(kind, cfg).items()
-                if "://" not in value and not Path(value).exists()]
-    if kind == "run" and cfg.protocol.format == "chat_template":
-        problems += template_problems(cfg)
-    return kind, problems
 
 
 def template_problems(cfg: RunConfig) -> list[str]:

@@ -3,7 +3,7 @@
 (relative to the file's folder), ``--set`` values (YAML), ``--rounds`` and ``--steps``.
 
 Both config kinds use these (the run config, :mod:`mgrpo.training.config`, and the demo's,
-:mod:`mgrpo.training.demo`), so they sit below both.
+:mod:`mgrpo.experiments.demo`), so they sit below both.
 
 What this module does NOT do: know which options exist (the config models do) or which
 command a file is for (:mod:`mgrpo.training.config_files`).

@@ -28,9 +28,9 @@ from parity_kit import PARITY_SFT_STEPS  # noqa: E402
 @pytest.fixture(scope="session")
 def warm_assets():
     """Benchmark and warm-started tiny models for every parity test, built once per machine
-    and code version (``mgrpo.training.tiny_assets.prepare_cached``: on disk, keyed by
+    and code version (``mgrpo.experiments.tiny_assets.prepare_cached``: on disk, keyed by
     settings and code)."""
-    from mgrpo.training.tiny_assets import prepare_cached
+    from mgrpo.experiments.tiny_assets import prepare_cached
 
     return prepare_cached(PARITY_SFT_STEPS)
 

@@ -7,7 +7,7 @@ import inspect
 from pathlib import Path
 
 from mgrpo.cli.run import ablate
-from mgrpo.training.ablate import AblateConfig
+from mgrpo.experiments.ablate import AblateConfig
 
 
 def test_report_goes_under_the_out_dir_by_default(tmp_path):
@@ -36,7 +36,7 @@ def test_paired_table_from_the_runs_per_question_results(tmp_path):
     """Co-training beats main-only on one hard question in 20 in both seeds: +0.05 with the
     hand-computed interval of tests/unit/algo/test_algo_paired.py ([0, 0.15]); main-only
     against itself is not significant; a variant without per-question files says so."""
-    from mgrpo.training.ablate import paired_markdown
+    from mgrpo.experiments.ablate import paired_markdown
 
     easy = {f"q{i}": 1.0 for i in range(10)}
     base = {**easy, **{f"q{i}": 0.0 for i in range(10, 20)}}
@@ -55,8 +55,8 @@ def test_ablation_follows_the_demo_schedule():
     --rounds of stage 2, evaluated on stage 2 (the stage-2 ablation of issue 17.3)."""
     import yaml
 
-    from mgrpo.training.ablate import variant_config
-    from mgrpo.training.demo import DemoConfig
+    from mgrpo.experiments.ablate import variant_config
+    from mgrpo.experiments.demo import DemoConfig
 
     paths = {"planner": "p", "searcher": "s", "coder": "c", "single": "x"}
     quick = variant_config(AblateConfig(rounds=15), "main-only", 0, paths)
@@ -87,7 +87,7 @@ def _finished(tmp_path, completed: int):
 
 def test_a_finished_run_is_read_back_and_an_unfinished_one_is_not(tmp_path):
     """`mgrpo ablate` run again skips what it finished (a later call adds variants/seeds)."""
-    from mgrpo.training.ablate import finished_run
+    from mgrpo.experiments.ablate import finished_run
 
     assert finished_run(_finished(tmp_path, 2), rounds=2) == {
         "before": {"eval/greedy/accuracy": 0.25, "eval/sampled/accuracy": 0.125},
@@ -100,7 +100,7 @@ def test_variants_subset_in_table_order_and_report(tmp_path):
     import pytest
     from pydantic import ValidationError
 
-    from mgrpo.training.ablate import results_markdown
+    from mgrpo.experiments.ablate import results_markdown
 
     cfg = AblateConfig(out_dir=str(tmp_path), variants=["co-training", "main-only"])
     assert cfg.variants == ["main-only", "co-training"]
@@ -118,7 +118,7 @@ def test_variants_subset_in_table_order_and_report(tmp_path):
 def test_curves_have_one_panel_per_agent_metric(tmp_path):
     from PIL import Image
 
-    from mgrpo.training.ablate import CURVES, plot_curves
+    from mgrpo.experiments.ablate import CURVES, plot_curves
 
     run = _finished(tmp_path, 2)  # planner/accuracy only: the other panels stay empty
     (run / "metrics.csv").write_text((run / "metrics.csv").read_text()

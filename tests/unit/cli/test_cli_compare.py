@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from mgrpo.training.compare import compare_markdown, generated_tokens
+from mgrpo.experiments.compare import compare_markdown, generated_tokens
 
 
 def _run(tmp_path, name: str, greedy: dict[str, float], metrics: list[tuple]) -> str:

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mgrpo.cli.main import app
-from mgrpo.training.config_files import check_file
+from mgrpo.experiments.config_files import check_file
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # What README "Beyond the demo" and the examples' first lines build under runs/.

@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 
 from mgrpo.cli.main import app
 from mgrpo.cli.run import _parse_overrides, _with_rounds
+from mgrpo.experiments.config_files import KINDS, check_file
 from mgrpo.training import aliases
 from mgrpo.training.config_files import (
+    KIND_KEYS,
     ConfigFileError,
-    check_file,
     load_run_config,
     rounds_for_steps,
     with_rounds,
@@ -165,6 +166,13 @@ def test_a_demo_config_given_to_train_says_so():
     result = CliRunner().invoke(app, ["train", "--config", str(demo)])
     assert result.exit_code == 1 and "is a demo config" in result.output
     assert "unknown key" not in result.output
+
+
+def test_the_run_side_knows_each_kind_by_its_models_keys():
+    """The run config's reader tells kinds apart by their top-level keys, without importing
+    the experiments' models; they are those models' fields."""
+    assert {kind: (model.__name__, frozenset(model.model_fields))
+            for kind, model in KINDS.items()} == KIND_KEYS
 
 
 def test_a_run_config_given_to_demo_says_so(tmp_path):

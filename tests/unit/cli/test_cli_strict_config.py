@@ -9,9 +9,9 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from mgrpo.cli.main import app
+from mgrpo.experiments.demo import DemoConfig
 from mgrpo.services.api.schemas import RoundIn
 from mgrpo.training.config_files import load_run_config
-from mgrpo.training.demo import DemoConfig
 from mgrpo.validation import one_line
 
 MODELS = {m: {"path": "/nowhere"} for m in ("planner", "searcher", "coder")}

@@ -40,8 +40,8 @@ def test_config_check_names_a_template_that_drops_tools(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from chat_tokenizer import SMOLLM2_TEMPLATE, save_chat_model
 
+    from mgrpo.experiments.config_files import check_file
     from mgrpo.models.loading import load_tokenizer
-    from mgrpo.training.config_files import check_file
 
     folder = save_chat_model(tmp_path / "model")
     tok = load_tokenizer(folder)

@@ -223,9 +223,9 @@ def test_teacher_transcripts_are_chat_conversations_that_sft_encodes_whole(
     give the ids of the whole conversation's text, the loss on the assistant turns."""
     from training_testkit import run_config_dict
 
+    from mgrpo.experiments.transcripts import write_transcripts
     from mgrpo.models.sft import encode_segments
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.transcripts import write_transcripts
 
     tok = chat_tokenizer()
     gold = {q.question: q.answer for q in bench.questions("train")}

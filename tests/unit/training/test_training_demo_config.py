@@ -9,8 +9,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from mgrpo.experiments.demo import DemoConfig, run_config
 from mgrpo.training.config import RunConfig
-from mgrpo.training.demo import DemoConfig, run_config
 
 ROOT = Path(__file__).resolve().parents[3]
 PATHS = {"planner": "p", "searcher": "s", "coder": "c"}
@@ -87,7 +87,7 @@ def test_a_bad_demo_run_set_is_refused_before_the_warm_start(run_set, match):
 
 def test_held_out_entities_default_keeps_the_demo_benchmark_and_can_double_the_held_out_set():
     from mgrpo.envs import BenchmarkConfig, build_benchmark
-    from mgrpo.training.demo import demo_benchmark
+    from mgrpo.experiments.demo import demo_benchmark
 
     small = dict(n_train=300, n_test=600)  # fast; the test split is built last either way
     entities = BenchmarkConfig().entities
@@ -109,7 +109,7 @@ def test_held_out_entities_default_keeps_the_demo_benchmark_and_can_double_the_h
 
 
 def test_stage2_ablation_config_evaluates_400_distinct_stage2_questions():
-    from mgrpo.training.demo import demo_benchmark
+    from mgrpo.experiments.demo import demo_benchmark
 
     fields = yaml.safe_load((ROOT / "examples" / "ablate_stage2.yaml").read_text())
     demo = DemoConfig.model_validate({**fields, "n_train": 300})
@@ -121,7 +121,7 @@ def test_stage2_ablation_config_evaluates_400_distinct_stage2_questions():
 
 
 def test_held_out_entities_refuses_train():
-    from mgrpo.training.demo import demo_benchmark
+    from mgrpo.experiments.demo import demo_benchmark
 
     with pytest.raises(ValueError, match="train_entities"):
         demo_benchmark(DemoConfig(n_train=300, held_out_entities={"train": {"city": 5}}))
@@ -130,7 +130,7 @@ def test_held_out_entities_refuses_train():
 def test_single_agent_warm_start_gets_the_sft_steps_of_every_role_it_plays():
     """The single model plays every role the schedule reaches, so its SFT budget is the
     multi-agent models' total: planner + searcher on stage 1, + coder once stage 2 is in."""
-    from mgrpo.training.ablate import single_agent_roles
+    from mgrpo.experiments.ablate import single_agent_roles
 
     assert single_agent_roles(DemoConfig()) == ("planner", "searcher")
     stage2 = DemoConfig.model_validate(
@@ -143,7 +143,7 @@ def test_single_agent_warm_start_gets_the_sft_steps_of_every_role_it_plays():
 def test_the_demo_prints_the_measured_spread_of_its_own_recipe_only():
     """Issue 17.4: the demo prints the spread of earlier runs beside its own figures, for
     `make demo`'s recipe (any output folder, any thread count) and for nothing else."""
-    from mgrpo.training.demo_spread import DEMO_RUNS, demo_spread
+    from mgrpo.experiments.demo_spread import DEMO_RUNS, demo_spread
 
     line = demo_spread(DemoConfig(out_dir="/tmp/elsewhere", threads=2))
     lows = [r.greedy[0] for r in DEMO_RUNS]

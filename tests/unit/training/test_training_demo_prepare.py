@@ -5,7 +5,7 @@ examples/ablate_stage2.yaml's, at load 0.5), even when every model
 was already built, and two calls on one warm start wrote the same files at once. About
 5 s on an idle 2-core machine.
 
-Also: a folder holds one recipe (``mgrpo.training.demo_recipe``). A second call with another
+Also: a folder holds one recipe (``mgrpo.experiments.demo_recipe``). A second call with another
 recipe used to save its own benchmark over the one the folder's runs were evaluated on,
 and reuse models built from the first recipe."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mgrpo.training.demo import ROLES, DemoConfig, prepare
-from mgrpo.training.demo_recipe import RECIPE_FILE, claim
+from mgrpo.experiments.demo import ROLES, DemoConfig, prepare
+from mgrpo.experiments.demo_recipe import RECIPE_FILE, claim
 
 
 def _files(folder: Path) -> dict[str, int]:

@@ -9,10 +9,10 @@ import csv
 import matplotlib
 from training_testkit import run_config_dict
 
+from mgrpo.experiments.plots import panel_figure, plot_run
 from mgrpo.training.config import RunConfig
 from mgrpo.training.loop import run_training
 from mgrpo.training.metrics import read_metrics
-from mgrpo.training.plots import panel_figure, plot_run
 
 matplotlib.use("Agg")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mgrpo.training.team_ablate import arm_config, load_team_ablate
+from mgrpo.experiments.team_ablate import arm_config, load_team_ablate
 from mgrpo.training.tree_round import at_grpo_samples
 from mgrpo.types import Trajectory
 
@@ -55,7 +55,7 @@ def test_settings_of_the_arms():
 
 
 def test_plan_path_team_has_the_grid_and_only_it_is_swapped(tmp_path, monkeypatch):
-    from mgrpo.training import team_ablate
+    from mgrpo.experiments import team_ablate
 
     cfg = load_team_ablate(EXAMPLES / "ablate_team_plan_path.yaml")
     team, single = arm_config(cfg, "team", 0), arm_config(cfg, "single", 0)
@@ -139,7 +139,7 @@ def test_pooled_groups_count_for_every_role_they_hold():
 
 
 def test_report_pairs_each_arm_with_the_baseline_and_its_swapped_team_once(tmp_path):
-    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.experiments.team_ablate import team_markdown
     from mgrpo.training.team_round import write_task_scores
 
     cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_math.yaml")
@@ -166,7 +166,7 @@ def test_report_pairs_solved_tasks_and_partial_team_rewards_apart(tmp_path):
     """coder_tester's team reward is the fraction of hidden tests passed: an arm that passes
     half of them on every task solves none, as does one that passes none; the solved
     comparison is 0 and the team reward's +0.375, each in its own row."""
-    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.experiments.team_ablate import team_markdown
     from mgrpo.training.team_round import write_task_scores
 
     cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_coder.yaml")
@@ -220,7 +220,7 @@ def test_report_resamples_seeds_then_tasks_and_says_how_many(tmp_path):
     with p 0.296, 0.444, 0.222, 0.037: the 95% bootstrap interval is [0, 1]. (Pooling the
     12 (seed, task) pairs as one run gives [+0.083, +0.583], excluding 0.) Student-t over
     the seed differences (1, 0, 0): 1/3 +- 4.303 * 0.577 / sqrt(3) = [-1.101, +1.768]."""
-    from mgrpo.training.team_ablate import team_markdown
+    from mgrpo.experiments.team_ablate import team_markdown
     from mgrpo.training.team_round import write_task_scores
 
     cfg = load_team_ablate(EXAMPLES / "ablate_team_sharing_math.yaml")

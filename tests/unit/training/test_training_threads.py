@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mgrpo.training.demo import DemoConfig
+from mgrpo.experiments.demo import DemoConfig
 from mgrpo.training.numerics import KERNEL_ENV, fix_numerics, is_x86
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +34,7 @@ from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs.demos import write_demos
 from mgrpo.envs.experts import ExpertErrors
 from mgrpo.models import load_model
-from mgrpo.training.demo import DemoConfig, pin_cpu, warm_start
+from mgrpo.experiments.demo import DemoConfig, pin_cpu, warm_start
 from mgrpo.training.system import build_tools
 
 out = Path(sys.argv[1])

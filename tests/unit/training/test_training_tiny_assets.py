@@ -1,5 +1,5 @@
 """The warm-started tiny assets of the benchmarks and the services' parity tests
-(``mgrpo.training.tiny_assets``): stage 1 SFTs the planner and the searcher only; stage 2's
+(``mgrpo.experiments.tiny_assets``): stage 1 SFTs the planner and the searcher only; stage 2's
 demonstrations call the coder too, so its model is SFT'd as well."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mgrpo.training import tiny_assets
+from mgrpo.experiments import tiny_assets
 
 
 def test_stage_two_demonstrations_call_the_coder_and_train_it(tmp_path):

@@ -38,9 +38,9 @@ from pydantic import Field, model_validator
 
 from mgrpo.envs.worlds import build_world
 from mgrpo.envs.worlds.demos import expert_demos
+from mgrpo.experiments.ablate import finished_run, mean_ci
 from mgrpo.models import load_model
 from mgrpo.models.checkpoint import version_uri
-from mgrpo.training.ablate import finished_run, mean_ci
 from mgrpo.validation import StrictModel
 
 REPLACED = ("roles", "models")  # sections an arm replaces whole

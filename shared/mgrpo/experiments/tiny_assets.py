@@ -34,7 +34,7 @@ SMALL = {"train": {"city": 12, "person": 16, "company": 8},
          "test": {"city": 6, "person": 8, "company": 4}}
 ASSET_MODULES = ("envs/benchmark.py", "envs/demos.py", "envs/experts.py", "models/sft.py",
                  "models/tiny.py", "training/inline.py",
-                 "training/tiny_assets.py")  # what the assets are made by
+                 "experiments/tiny_assets.py")  # what the assets are made by
 ASSET_NAMES = ("bench", "init", "planner", "searcher", "single")
 STAGES = (1, 2)  # benchmark stages the demonstrations can play
 

@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from mgrpo.training.ablate import paired_markdown
+from mgrpo.experiments.ablate import paired_markdown
 from mgrpo.training.metrics import read_metrics
 
 

@@ -25,13 +25,13 @@ from pydantic import Field, model_validator
 from mgrpo.envs import BenchmarkConfig, build_benchmark
 from mgrpo.envs.demos import write_demos
 from mgrpo.envs.experts import ExpertErrors
+from mgrpo.experiments.demo_recipe import claim
+from mgrpo.experiments.demo_spread import demo_spread
+from mgrpo.experiments.plots import plot_run
 from mgrpo.models import TinyModelConfig, init_tiny, load_model
 from mgrpo.models.permissions import make_readable
 from mgrpo.training.config_yaml import map_paths
-from mgrpo.training.demo_recipe import claim
-from mgrpo.training.demo_spread import demo_spread
 from mgrpo.training.numerics import describe, pin
-from mgrpo.training.plots import plot_run
 from mgrpo.validation import StrictModel
 
 

@@ -24,7 +24,7 @@ from pydantic import Field, field_validator
 
 from mgrpo.envs import load_benchmark
 from mgrpo.envs.experts import ExpertErrors
-from mgrpo.training.demo import DemoConfig, prepare, run_config, tokenizer_texts, warm_start
+from mgrpo.experiments.demo import DemoConfig, prepare, run_config, tokenizer_texts, warm_start
 from mgrpo.training.inline import write_inline_demos
 from mgrpo.training.metrics import read_metrics
 from mgrpo.validation import StrictModel
