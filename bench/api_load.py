@@ -54,8 +54,8 @@ def serve(workdir: Path, port: int, in_flight: int, batch: int) -> None:
     from mgrpo.services.api.app import create_app
     from mgrpo.services.api.deps import ApiState
     from mgrpo.services.context import load_service_config, open_store
-    from mgrpo.services.http import server_options
     from mgrpo.services.subagent.worker import SubagentWorker
+    from mgrpo.web.server import server_options
 
     tiny = init_tiny(workdir / "tiny", TinyModelConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,

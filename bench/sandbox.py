@@ -37,7 +37,7 @@ from mgrpo.sandbox.client import SandboxClient
 from mgrpo.sandbox.local import LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest
-from mgrpo.services.http import server_options
+from mgrpo.web.server import server_options
 
 REQUEST = ExecRequest(code="print(1+1)", timeout_s=5)
 

@@ -14,10 +14,10 @@ from mgrpo.services.launcher import free_port
 @contextlib.contextmanager
 def running_server(app) -> Iterator[str]:
     """Serve ``app`` with a real uvicorn on a free port (in a thread), with the services'
-    options (``mgrpo.services.http.server_options``); yields its base URL."""
+    options (``mgrpo.web.server.server_options``); yields its base URL."""
     import uvicorn
 
-    from mgrpo.services.http import server_options
+    from mgrpo.web.server import server_options
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, **server_options(

@@ -34,6 +34,11 @@ ABOVE = {
     "mgrpo.training": ("mgrpo.experiments", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
     "mgrpo.experiments": ("mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
     "mgrpo.services": ("mgrpo.experiments", "mgrpo.cli"),
+    # the HTTP plumbing of every app < the sandbox service < the services that call it
+    "mgrpo.web": ("mgrpo.sandbox", "mgrpo.services", "mgrpo.dashboard", "mgrpo.training",
+                  "mgrpo.experiments", "mgrpo.cli"),
+    "mgrpo.sandbox": ("mgrpo.services", "mgrpo.dashboard", "mgrpo.training",
+                      "mgrpo.experiments", "mgrpo.cli"),
     # config text < the run config < which file is which kind
     "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.config_files"),
     "mgrpo.training.config": ("mgrpo.training.config_files",),
@@ -44,9 +49,8 @@ ABOVE = {
 SERVICE_PARTS = ("mgrpo.services.planner", "mgrpo.services.subagent", "mgrpo.services.trainer",
                  "mgrpo.services.control")
 SERVICES_TOP = ("mgrpo.services.api", "mgrpo.services.entrypoints")
-SERVICES_SHARED = ("batching", "body_limit", "checkpoints", "context", "dependencies", "dispatch",
-                   "docs_assets", "health", "http", "launcher", "process", "rounds",
-                   "tree_calls")
+SERVICES_SHARED = ("batching", "checkpoints", "context", "dependencies", "dispatch", "health",
+                   "launcher", "process", "rounds", "tree_calls")
 ABOVE.update({part: tuple(p for p in SERVICE_PARTS if p != part) + SERVICES_TOP
               for part in SERVICE_PARTS})
 ABOVE.update({f"mgrpo.services.{name}": SERVICE_PARTS + SERVICES_TOP

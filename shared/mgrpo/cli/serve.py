@@ -26,7 +26,7 @@ def sandbox(host: str = typer.Option("127.0.0.1", help="Interface to bind (no au
 
     from mgrpo.sandbox.app import create_app
     from mgrpo.sandbox.service import SandboxServiceSettings
-    from mgrpo.services.http import server_options
+    from mgrpo.web.server import server_options
 
     overrides = {k: v for k, v in {"max_concurrency": max_concurrency,
                                    "max_queue": max_queue}.items() if v is not None}

@@ -18,10 +18,10 @@ from pathlib import Path
 from mgrpo.config import Settings
 from mgrpo.services.api.app import create_app
 from mgrpo.services.api.deps import ApiState
-from mgrpo.services.http import server_options
 from mgrpo.store import Store
 from mgrpo.training.config import RunConfig
 from mgrpo.training.round_spec import RoundSpec
+from mgrpo.web.server import server_options
 
 
 class NotARunDir(ValueError):

@@ -27,9 +27,9 @@ from prometheus_client import (
 from mgrpo.sandbox.local import LimitExceeded, LocalSandbox, SandboxLimits
 from mgrpo.sandbox.service import ConcurrencyGate, QueueFull, SandboxServiceSettings
 from mgrpo.sandbox.types import ExecRequest, ExecResult
-from mgrpo.services.body_limit import BodySizeLimit
-from mgrpo.services.docs_assets import install_offline_docs
-from mgrpo.services.http import install_error_handlers
+from mgrpo.web.body_limit import BodySizeLimit
+from mgrpo.web.docs_assets import install_offline_docs
+from mgrpo.web.server import install_error_handlers
 
 READY_TTL_S = 10.0  # /readyz runs its self-test at most this often
 

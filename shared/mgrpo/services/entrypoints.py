@@ -39,7 +39,6 @@ from mgrpo.services.control.sweep import start_round_sweep
 from mgrpo.services.control.tasks import HANDLERS, ControlContext, register_control_tasks
 from mgrpo.services.dependencies import worker_needs
 from mgrpo.services.health import serve_health
-from mgrpo.services.http import server_options
 from mgrpo.services.planner.team import TeamWorker
 from mgrpo.services.planner.worker import PlannerRuntime, PlannerWorker
 from mgrpo.services.process import serve_until_signal, setup_logging
@@ -48,6 +47,7 @@ from mgrpo.services.subagent.worker import SubagentWorker
 from mgrpo.services.team import is_team
 from mgrpo.services.trainer.ranks import follower_model, strategy_for, trainer_work
 from mgrpo.services.trainer.service import TrainerService
+from mgrpo.web.server import server_options
 
 
 def serve_api(settings: Settings, host: str, port: int) -> None:

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mgrpo.services.api.app import openapi_document
-from mgrpo.services.docs_assets import ASSETS_URL
+from mgrpo.web.docs_assets import ASSETS_URL
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI
 from serving import running_server
 
-from mgrpo.services.http import KEEP_ALIVE_S
+from mgrpo.web.server import KEEP_ALIVE_S
 
 
 def ask(connection: http.client.HTTPConnection) -> tuple[int, bytes]:

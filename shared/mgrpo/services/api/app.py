@@ -26,11 +26,11 @@ from mgrpo.services.api.routes import (
     registry,
     rounds,
 )
-from mgrpo.services.body_limit import BodySizeLimit
 from mgrpo.services.context import load_service_config, make_bus, open_store
-from mgrpo.services.docs_assets import install_offline_docs
-from mgrpo.services.http import install_error_handlers
 from mgrpo.training.config import ModelConfig, RunConfig
+from mgrpo.web.body_limit import BodySizeLimit
+from mgrpo.web.docs_assets import install_offline_docs
+from mgrpo.web.server import install_error_handlers
 
 
 def build_state(settings: Settings) -> ApiState:
