@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mgrpo import protocol_tokens as T
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.experts import AgentTranscript, EpisodeTranscript
 
 

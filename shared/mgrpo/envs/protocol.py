@@ -1,6 +1,6 @@
 """The agent protocol: exact text of contexts and turns, and a strict parser for turns.
 
-Grammar (markers from ``mgrpo.envs.protocol_tokens``)::
+Grammar (markers from ``mgrpo.protocol_tokens``)::
 
     planner context  := "<|agents|>" CARDS "<|question|>" QUESTION "<|planner|>" (TURN RET?)*
     CARDS            := NAME ": " DESCRIPTION ("; " NAME ": " DESCRIPTION)*
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mgrpo.envs import protocol_tokens as P
+from mgrpo import protocol_tokens as P
 
 _LITERAL_MARKERS = (P.AGENTS, P.QUESTION, P.TASK, P.EOS, P.PAD, P.CALL_OPEN, P.CALL_CLOSE,
                     P.ANSWER_OPEN, P.ANSWER_CLOSE, P.TOOL_OPEN, P.TOOL_CLOSE, P.RETURN_OPEN,

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mgrpo import protocol_tokens as T
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.chat_format import ChatTemplateFormat
 
 

@@ -1,7 +1,7 @@
 """Bring your own model: make a local Hugging Face folder speak the agent protocol.
 
 ``import_model(src, out)`` loads the folder (its own tokenizer and chat template), checks each
-protocol marker (``mgrpo.envs.protocol_tokens``: ``<call>``, ``<|planner|>`` ...) and adds
+protocol marker (``mgrpo.protocol_tokens``: ``<call>``, ``<|planner|>`` ...) and adds
 as special tokens the ones that do not already encode to exactly one token, resizes the
 embeddings to the new vocabulary, and writes a folder the run config can name under
 ``models.<m>.path``. Each new marker's row (input embedding, and output embedding when not
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mgrpo.envs import protocol_tokens as P
+from mgrpo import protocol_tokens as P
 from mgrpo.models import load_model
 from mgrpo.models.permissions import make_readable
 

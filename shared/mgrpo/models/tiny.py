@@ -1,7 +1,7 @@
 """Tiny Qwen2 models for CPU tests and the demo, built from a config, with a local tokenizer.
 
 :func:`init_tiny` trains a byte-level BPE tokenizer on the given texts with the ``tokenizers``
-library (every agent-protocol marker in :data:`mgrpo.envs.protocol_tokens.SPECIAL_TOKENS` is
+library (every agent-protocol marker in :data:`mgrpo.protocol_tokens.SPECIAL_TOKENS` is
 ONE special token), builds a randomly initialised ``Qwen2ForCausalLM`` (about 1-5M parameters
 with the defaults) and saves both as an ordinary Hugging Face folder, so the same loading code
 (:func:`mgrpo.models.load_model`) serves tiny and real models.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from mgrpo.envs import protocol_tokens as pt
+from mgrpo import protocol_tokens as pt
 from mgrpo.models.loading import quiet_transformers
 from mgrpo.models.permissions import make_readable
 from mgrpo.validation import StrictModel

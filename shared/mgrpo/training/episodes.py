@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mgrpo import protocol_tokens as T
 from mgrpo.engines.base import Completion, Engine, GenerationRequest, SamplingParams
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.turn_formats import Dialogue, MarkupFormat, TurnFormat, make_turn_format
 from mgrpo.training.config import SamplingConfig
 from mgrpo.types import Trajectory, trajectory_id

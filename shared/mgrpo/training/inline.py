@@ -27,7 +27,7 @@ import json
 import random
 from pathlib import Path
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.benchmark import Benchmark
 from mgrpo.envs.demos import error_chances, pick_questions
 from mgrpo.envs.experts import EpisodeTranscript, ExpertErrors, run_expert_episode

@@ -46,10 +46,10 @@ from typing import Any
 
 import torch
 
+from mgrpo import protocol_tokens as T
 from mgrpo.algo import greedy_choice, mix_turn_reward
 from mgrpo.engines.base import Completion, GenerationRequest
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.rewards import (
     exact_match,
     normalize_answer,

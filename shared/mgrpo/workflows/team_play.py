@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mgrpo import protocol_tokens as T
 from mgrpo.algo import greedy_choice, mix_turn_reward
 from mgrpo.engines.base import GenerationRequest
-from mgrpo.envs import protocol_tokens as T
 from mgrpo.envs.worlds.base import World, WorldState, WorldTask
 from mgrpo.training.config import SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, encode, mix_seed, sampling_params, stop_ids

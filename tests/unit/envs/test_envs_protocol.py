@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mgrpo import protocol_tokens as T
 from mgrpo.envs import protocol as P
-from mgrpo.envs import protocol_tokens as T
 
 
 def test_headers_are_exact():

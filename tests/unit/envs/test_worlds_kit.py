@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.worlds import build_world, world_names
 from mgrpo.envs.worlds.kit import code_of, split_of, tagged
 

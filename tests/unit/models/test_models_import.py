@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from mgrpo.envs import protocol_tokens as P
+from mgrpo import protocol_tokens as P
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mgrpo.envs.protocol_tokens import EOS, PAD, SPECIAL_TOKENS
 from mgrpo.models import ModelLoadError, TinyModelConfig, init_tiny, load_model
 from mgrpo.models.tiny import count_parameters
+from mgrpo.protocol_tokens import EOS, PAD, SPECIAL_TOKENS
 
 
 def test_every_protocol_marker_is_one_token(tiny):

@@ -34,7 +34,7 @@ import ast
 import re
 from typing import Any
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.worlds.base import Malformed, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.coder_tasks import assert_text, draw_task
 from mgrpo.envs.worlds.kit import (

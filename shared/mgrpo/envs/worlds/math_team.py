@@ -39,7 +39,7 @@ import random
 import re
 from typing import Any
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.arith import evaluate_arithmetic
 from mgrpo.envs.kg import _name_pool
 from mgrpo.envs.questions import ARITHS, COMPARES, FOUNDER_AGE

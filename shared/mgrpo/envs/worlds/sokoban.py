@@ -37,7 +37,7 @@ import random
 import re
 from typing import Any
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.worlds.base import Malformed, WorldState, WorldTask, register_world
 from mgrpo.envs.worlds.kit import (
     KitWorld,

@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from mgrpo.envs import protocol_tokens as T
+from mgrpo import protocol_tokens as T
 from mgrpo.envs.worlds.base import SPLITS, Malformed, Turn, WorldState, WorldTask
 from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.sandbox.types import ExecRequest

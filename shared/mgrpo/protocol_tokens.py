@@ -1,8 +1,8 @@
 """The agent protocol's markers. Each is one special token in every tokenizer we build.
 
-Fixed here (not in the parser module) because three parts depend on it: the tokenizer
-(``mgrpo.models.tiny``), the parser and the experts (``mgrpo.envs``), and the episode runner
-(``mgrpo.training``). The exact grammar is documented in ``mgrpo.envs.protocol``.
+On the ground floor (not in the parser's room) because three rooms depend on it: the
+tokenizers (``mgrpo.models``), the parser and the experts (``mgrpo.envs``), and the episode
+runner (``mgrpo.training``). The exact grammar is documented in ``mgrpo.envs.protocol``.
 
 Planner context::
 
