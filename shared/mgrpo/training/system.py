@@ -171,8 +171,9 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
             if mcfg.share_base:  # tied at once: the duplicate base is freed before the next
                 key = (os.path.realpath(mcfg.path), mcfg.dtype)
                 group = groups.setdefault(key, [])
-                if group:
-                    shared = share_frozen_base([models[group[0]].model, model])
+                if group:  # one folder, one load: equal values (a check would read them all)
+                    shared = share_frozen_base([models[group[0]].model, model],
+                                               check_values=False)
                     saved[key] = saved.get(key, 0) + shared.bytes_saved
                 group.append(name)
         model.eval()
