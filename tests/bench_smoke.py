@@ -28,8 +28,8 @@ TESTED_ELSEWHERE = {"gpu.py": "tests/unit/bench/test_bench_gpu.py (--tiny)"}
 # The scripts each tier runs (the tests assert that every script of bench/ is in one).
 UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "demo_async.py",
                 "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
-                "scaling.py", "team_round.py", "trainer_ranks.py", "update_mfu.py",
-                "weight_sync.py")
+                "scaling.py", "shared_base_memory.py", "team_round.py", "trainer_ranks.py",
+                "update_mfu.py", "weight_sync.py")
 SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py", "round_scaling.py")
 
 

@@ -17,6 +17,7 @@ import sys
 
 from pydantic import Field
 
+from mgrpo.models.shared_base import shares_base
 from mgrpo.validation import StrictModel
 
 
@@ -63,7 +64,12 @@ def reset_adapter(model, seed: int = 0) -> None:
 
 def load_base_state(model, state: dict, seed: int = 0) -> None:
     """Load full (non-peft) weights ``state`` into the base of peft ``model`` and reset its
-    adapter (:func:`reset_adapter`). Raises ValueError when the weights do not fit."""
+    adapter (:func:`reset_adapter`). Raises ValueError when the weights do not fit, or when
+    the base is shared with other models (:mod:`mgrpo.models.shared_base`) and ``state``
+    differs from it: writing it would change every sharer's base. Weights equal to the shared
+    base are accepted (nothing is written; the adapter is reset)."""
+    import torch
+
     base = model.get_base_model()
     own = base.state_dict()
     mapped = {}
@@ -81,7 +87,17 @@ def load_base_state(model, state: dict, seed: int = 0) -> None:
     if missing or unexpected:
         raise ValueError(f"weights do not fit the LoRA model's base: missing={missing[:5]} "
                          f"unexpected={unexpected[:5]}; load weights of the same architecture")
-    base.load_state_dict(mapped, strict=False)
+    if shares_base(model):
+        changed = [k for k, v in mapped.items()
+                   if not torch.equal(own[k], v.to(own[k].device, own[k].dtype))]
+        if changed:
+            raise ValueError(
+                f"these weights differ from the base this LoRA model shares with other models "
+                f"(e.g. {[k.replace('.base_layer.', '.') for k in changed[:3]]}); loading them "
+                "would change the others' base too: set models.<m>.share_base: false to give "
+                "this model its own copy of the base")
+    else:
+        base.load_state_dict(mapped, strict=False)
     reset_adapter(model, seed)
 
 

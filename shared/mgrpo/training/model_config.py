@@ -76,6 +76,12 @@ class ModelConfig(StrictModel):
         "alpha: 16, target_modules: [q_proj, v_proj]}: only the adapter is in the optimizer "
         "and in each checkpoint (kind lora), the KL reference is the base with the adapter "
         "disabled, and engines load only the adapter (vllm: enable_lora). None: full weights.")
+    share_base: bool = Field(
+        True, description="Embedded mode, LoRA models: models with `lora` that load the same "
+        "`path` (resolved) with the same `dtype` hold one copy of the frozen base weights "
+        "(agents as adapters on one base; each keeps its own adapter, optimizer and "
+        "checkpoints; training is unchanged, bit for bit). false: this model loads its own "
+        "copy. No effect on full-weight models or in the services (one model per process).")
 
     @model_validator(mode="after")
     def _lora(self) -> ModelConfig:

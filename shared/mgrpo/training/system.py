@@ -3,13 +3,16 @@
 Embedded mode builds everything in this process; every model is loaded once. With the torch
 engine (the default) it is shared by its engine (sampling) and its trainer (updates), so
 "weight sync" is a version bump (a LoRA model, ``models.<m>.lora``, is the same peft model in
-both: the engine samples through the adapter being trained). Any other engine a role names
+both: the engine samples through the adapter being trained; LoRA models on one base folder
+share its frozen weights, ``models.<m>.share_base``). Any other engine a role names
 (``engines:``: vllm, a server URL, ``module:factory``; :mod:`mgrpo.engines.registry`) keeps
 its own weights and loads each checkpoint the trainer writes. The services build the same
 pieces, one model per process."""
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from mgrpo.envs import protocol as P
 from mgrpo.envs.turn_formats import make_turn_format
 from mgrpo.models import load_model
 from mgrpo.models.lora import apply_lora
+from mgrpo.models.shared_base import share_frozen_base
 from mgrpo.sandbox.local import LocalSandbox
 from mgrpo.tools import build_configured_tool
 from mgrpo.tools.registry import ROLE_TOOLS
@@ -31,6 +35,8 @@ from mgrpo.training.judging import build_expert_judges, build_verifier
 from mgrpo.training.precision import make_optimizer, prepare_for_training
 from mgrpo.training.subagents import LocalSubagentPool
 from mgrpo.workflows.hierarchy import delegation_tree
+
+log = logging.getLogger(__name__)
 
 # How the planner describes the built-in roles; a user role is described by its name unless
 # the sub-agent service registers a description (docs/extending.md).
@@ -149,15 +155,27 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
     seeded by the run's seed: embedded mode's models, whatever the workflow. A torch engine
     samples from the trained model itself; any other engine starts on ``models.<m>.path`` and
     gets each new checkpoint through its ``load_weights``
-    (:func:`mgrpo.training.run_state.sync_sampler`)."""
+    (:func:`mgrpo.training.run_state.sync_sampler`). LoRA models on the same base folder and
+    dtype (``models.<m>.share_base``, default on) hold one copy of the frozen base weights
+    (:func:`mgrpo.models.shared_base.share_frozen_base`), one INFO line per group."""
     specs = model_engines(cfg)
     torch.manual_seed(cfg.seed)
     models: dict[str, LoadedModel] = {}
+    groups: dict[tuple[str, str], list[str]] = {}  # (base folder, dtype) -> LoRA models
+    saved: dict[tuple[str, str], int] = {}
     for name in dict.fromkeys(cfg.agents.values()):
         mcfg = cfg.models[name]
         model, tokenizer = load_model(mcfg.path, device=device)
         if mcfg.lora is not None:  # only the adapter trains; the engine samples through it
             model = apply_lora(model, mcfg.lora)
+            if mcfg.share_base:  # tied at once: the duplicate base is freed before the next
+                key = (os.path.realpath(mcfg.path), mcfg.dtype)
+                group = groups.setdefault(key, [])
+                if group:  # one folder, one load: equal values (a check would read them all)
+                    shared = share_frozen_base([models[group[0]].model, model],
+                                               check_values=False)
+                    saved[key] = saved.get(key, 0) + shared.bytes_saved
+                group.append(name)
         model.eval()
         engine = build_engine(specs[name], mcfg.path, device, lora=mcfg.lora, model=model,
                               tokenizer=tokenizer).engine
@@ -166,6 +184,10 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
             prepare_for_training(model, mcfg)  # gradient checkpointing when asked
             optimizer = make_optimizer(model, mcfg)
         models[name] = LoadedModel(name, model, tokenizer, engine, optimizer)
+    for (path, dtype), names in groups.items():
+        if len(names) > 1:
+            log.info("models %s share one copy of the base weights of %s (%s): %.1f MB saved",
+                     ", ".join(names), path, dtype, saved[(path, dtype)] / 1e6)
     return models
 
 

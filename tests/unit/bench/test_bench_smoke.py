@@ -42,6 +42,12 @@ def test_kl_cost(tmp_path):
     assert result["update_s_with_kl"] > 0 and result["reference_weights_mb"] > 0
 
 
+def test_shared_base_memory(tmp_path):
+    run_bench("shared_base_memory.py", "--tiny", "--out", str(tmp_path / "r.json"))
+    untied, tied = read_json(tmp_path / "r.json")["cases"]
+    assert tied["tensor_storages"] < untied["tensor_storages"]
+
+
 def test_weight_sync(tmp_path):
     run_bench("weight_sync.py", "--smoke", "--out", str(tmp_path / "r.json"))
     (row,) = read_json(tmp_path / "r.json")["sizes"]
