@@ -405,7 +405,7 @@ def problems(name: str, row: dict) -> list[str]:
         out.append(f"{name}: round {row.get('status')}")
     for model, want in row.get("expected", {}).items():
         got = row["trained"][model]
-        if got != want:
+        if (got or 0) != want:  # no metric at all: 0 trained
             out.append(f"{name}: {model} trained {got}, expected {want}")
         if row["duplicates"][model]:
             out.append(f"{name}: {model} {row['duplicates'][model]} stored duplicates")
