@@ -51,6 +51,8 @@ class Bus(Protocol):
 
     def subscribe_weights(self, handler: Handler, *, consumer: str = "") -> None: ...
 
+    def dead_letter(self, queue: str, body: str | bytes, reason: str) -> None: ...
+
     def dead_letters(self) -> list[DeadLetter]: ...
 
     def close(self) -> None: ...
@@ -91,6 +93,12 @@ class InMemoryBus:
     def publish_raw(self, queue: str, body: str) -> None:
         """Put a wire body as is (tests: malformed payloads)."""
         self._queue(queue).put(body)
+
+    def dead_letter(self, queue: str, body: str | bytes, reason: str) -> None:
+        """Record a refused message with why and from where (as :class:`KombuBus` does)."""
+        with self._lock:
+            self._dead.append(DeadLetter(queue, body if isinstance(body, str)
+                                         else body.decode("utf-8", "replace"), reason))
 
     def consume(self, queue: str, handler: Handler, *, consumer: str = "",
                 dedupe: bool = True) -> None:

@@ -426,6 +426,26 @@ class TrainingMixin(StoreBase):
         with self._tx() as session:
             return list(session.scalars(stmt))
 
+    def recorded_invocations(self, agent: str, keys: Iterable[tuple[str, str, int, int]]
+                             ) -> dict[tuple[str, str, int, int], list[int] | None]:
+        """Of (round_id, query_id, rollout, attempt) ``keys``: those whose rollout is completed
+        by that attempt and has ``agent``'s d_k row, each with the invocation numbers that row
+        records as answered (None: the count only). Other keys are absent (a rollout not
+        completed yet, another attempt's). One query."""
+        keys = set(keys)
+        if not keys:
+            return {}
+        stmt = (select(ObservedD.round_id, ObservedD.query_id, ObservedD.rollout,
+                       ObservedD.attempt, ObservedD.invocations)
+                .join(Rollout, _completing(ObservedD))
+                .where(ObservedD.agent == agent,
+                       ObservedD.round_id.in_({k[0] for k in keys}),
+                       ObservedD.query_id.in_({k[1] for k in keys})))
+        with self._tx() as session:
+            rows = session.execute(stmt).all()
+        return {key: invocations for *rest, invocations in rows
+                if (key := tuple(rest)) in keys}
+
     def observed_d(self, round_id: str, agent: str) -> list[DCount]:
         """d_k of ``agent`` in one round, one per COMPLETED rollout (its completing attempt),
         ordered by (query_id, rollout): how many trajectories a sub-agent trainer waits for."""

@@ -45,9 +45,12 @@ def test_an_unrecorded_invocation_neither_readies_nor_trains(store):
     assert not round_ready(store, rid, "searcher", ["searcher"])
     store.ingest_trajectories([searcher(rid, "q1", 2)])
     assert round_ready(store, rid, "searcher", ["searcher"])
-    trained = recorded_only(store.round_trajectories(rid, "searcher"),
-                            {"searcher": store.observed_d(rid, "searcher")})
+    trained, dropped = recorded_only(store.round_trajectories(rid, "searcher"),
+                                     {"searcher": store.observed_d(rid, "searcher")})
     assert sorted(t.invocation for t in trained) == [0, 2]
+    assert sorted(t.invocation for t, _ in dropped) == [1, 7]
+    assert all("is not one the planner recorded as answered ([0, 2])" in why
+               for _, why in dropped)
 
 
 def test_a_count_only_record_keeps_counting(store):
@@ -61,8 +64,9 @@ def test_a_count_only_record_keeps_counting(store):
                           {"searcher": [DCount(query_id="q1", rollout=0, attempt=0, d=1)]})
     store.ingest_trajectories([searcher(rid, "q1", 3)])
     assert round_ready(store, rid, "searcher", ["searcher"])
-    assert len(recorded_only(store.round_trajectories(rid, "searcher"),
-                             {"searcher": store.observed_d(rid, "searcher")})) == 1
+    kept, dropped = recorded_only(store.round_trajectories(rid, "searcher"),
+                                  {"searcher": store.observed_d(rid, "searcher")})
+    assert (len(kept), dropped) == (1, [])
 
 
 def test_the_planner_trace_names_the_answered_invocations():
@@ -80,3 +84,30 @@ def test_the_planner_trace_names_the_answered_invocations():
     assert answered_invocations([{"agent": "searcher", "format_ok": True}], "searcher") is None
     with pytest.raises(ValueError, match="invocations"):
         DCount(query_id="q", rollout=0, d=2, invocations=[1, 1])
+
+
+def test_ingest_refuses_an_unrecorded_call_of_a_completed_rollout(store):
+    """Once the rollout is completed, a trajectory under a call number its record does not
+    name is refused at ingest (a dead letter with why); before, it is stored (and left out
+    when the round trains); another attempt's (a zombie's) is stored as always."""
+    from mgrpo.bus.messages import TrajectoryMessage
+    from mgrpo.services.trainer.ingest import TrajectoryIngest
+
+    rid = "run-r0000"
+    store.create_run("run")
+    store.create_round("run", rid, 0, ["q1"], 1, running=True)
+    ingest = TrajectoryIngest(store, "searcher")
+    early = ingest.handle_batch([TrajectoryMessage(trajectory=searcher(rid, "q1", 5))])
+    assert early == {}  # not completed yet: what the planner will record is not known
+    store.finish_episodes(rid, [PlannerOutcomeIn(query_id="q1", rollout=0, attempt=0,
+                                                 format_ok=True, correct=1.0, reward=1.0)],
+                          {"searcher": [DCount(query_id="q1", rollout=0, attempt=0, d=1,
+                                               invocations=[0])]})
+    refused = ingest.handle_batch([TrajectoryMessage(trajectory=searcher(rid, "q1", 0)),
+                                   TrajectoryMessage(trajectory=searcher(rid, "q1", 9)),
+                                   TrajectoryMessage(trajectory=searcher(rid, "q1", 9, 3))])
+    assert list(refused) == [1], refused
+    assert "call 9 of searcher in ('q1', rollout 0) is not one the planner recorded as " \
+           "answered ([0]); it would never be trained" in refused[1]
+    assert store.round_trajectory_keys(rid, "searcher", "searcher") == {("q1", 0, 0),
+                                                                          ("q1", 0, 5)}

@@ -7,8 +7,10 @@ or a message of another kind is refused (dead-letter queue, with the reason); so
 trajectory with a token id outside the model's vocabulary (``vocab_size``: its embedding rows,
 known once the model is loaded), one longer than ``max_tokens``
 (``models.<m>.max_trajectory_tokens``), and a DIFFERENT trajectory under an (id, attempt)
-already stored (the stored one stays; a redelivery of the same one is only acked). The rest of
-its batch is stored. Round commands are accepted and only wake the trainer.
+already stored (the stored one stays; a redelivery of the same one is only acked), and a
+sub-agent trajectory of a completed rollout's completing attempt under a call number the
+planner did not record as answered. The rest of its batch is stored. Round commands are
+accepted and only wake the trainer.
 
 What this module does NOT do: decide readiness or train (``readiness``, ``trainer``).
 """
@@ -47,12 +49,40 @@ class TrajectoryIngest:
             if traj is not None:
                 trajs.append(traj)
                 positions.append(i)
+        for j, reason in self._unrecorded(trajs).items():
+            refused[positions[j]] = reason
+        kept = [j for j in range(len(trajs)) if positions[j] not in refused]
+        trajs, positions = [trajs[j] for j in kept], [positions[j] for j in kept]
         for j in self.store.ingest_trajectories_checked(trajs) if trajs else ():
             refused[positions[j]] = (
                 f"ConflictingTrajectory: another trajectory is stored as "
                 f"({trajs[j].traj_id!r}, attempt {trajs[j].attempt}); it is kept, this "
                 "different one is refused")
         self.ingested()
+        return refused
+
+    def _unrecorded(self, trajs: list) -> dict[int, str]:
+        """{index: reason} of the sub-agent trajectories of an attempt that completed its
+        rollout under a call number the planner did not record as answered: they would never
+        be trained (the trainer trains the recorded calls). One that arrives before its
+        rollout completes is stored, and left out at training time with the same reason."""
+        refused: dict[int, str] = {}
+        by_agent: dict[str, list[int]] = {}
+        for j, t in enumerate(trajs):
+            if t.agent != "planner":
+                by_agent.setdefault(t.agent, []).append(j)
+        for agent, indices in by_agent.items():
+            recorded = self.store.recorded_invocations(agent, [
+                (trajs[j].round_id, trajs[j].query_id, trajs[j].rollout, trajs[j].attempt)
+                for j in indices])
+            for j in indices:
+                t = trajs[j]
+                answered = recorded.get((t.round_id, t.query_id, t.rollout, t.attempt))
+                if answered is not None and t.invocation not in answered:
+                    refused[j] = (f"trajectory {t.traj_id!r} (attempt {t.attempt}): call "
+                                  f"{t.invocation} of {t.agent} in ({t.query_id!r}, rollout "
+                                  f"{t.rollout}) is not one the planner recorded as answered "
+                                  f"({sorted(answered)}); it would never be trained")
         return refused
 
     def _accept(self, message):

@@ -35,14 +35,24 @@ def recorded_calls(counts) -> dict[tuple[str, int], set[int]] | None:
     return {(c.query_id, c.rollout): set(c.invocations) for c in counts}
 
 
-def recorded_only(trajs: list, roles_counts: dict[str, list]) -> list:
-    """``trajs`` without the sub-agent trajectories the round's record does not name: a
-    trajectory of role r is kept when its (query, rollout) recorded its invocation as
-    answered (``roles_counts``: role -> ``store.observed_d`` rows). A role whose rows carry
-    counts only keeps all of its trajectories."""
+def recorded_only(trajs: list, roles_counts: dict[str, list]) -> tuple[list, list[tuple]]:
+    """(kept, dropped): ``trajs`` without the sub-agent trajectories the round's record does
+    not name, and those, each with why (``(trajectory, reason)``). A trajectory of role r is
+    kept when its (query, rollout) recorded its invocation as answered (``roles_counts``:
+    role -> ``store.observed_d`` rows). A role whose rows carry counts only keeps all."""
     calls = {role: recorded_calls(counts) for role, counts in roles_counts.items()}
-    return [t for t in trajs if calls.get(t.agent) is None
-            or t.invocation in calls[t.agent].get((t.query_id, t.rollout), ())]
+    kept, dropped = [], []
+    for t in trajs:
+        named = calls.get(t.agent)
+        answered = None if named is None else named.get((t.query_id, t.rollout), set())
+        if answered is None or t.invocation in answered:
+            kept.append(t)
+            continue
+        dropped.append((t, f"trajectory {t.traj_id!r} (attempt {t.attempt}): call "
+                           f"{t.invocation} of {t.agent} in ({t.query_id!r}, rollout "
+                           f"{t.rollout}) is not one the planner recorded as answered "
+                           f"({sorted(answered)}); not trained"))
+    return kept, dropped
 
 
 def round_ready(store, round_id: str, model: str, roles: list[str],

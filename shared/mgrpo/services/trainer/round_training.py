@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable
 
 from mgrpo.algo.staleness import worst_staleness
-from mgrpo.bus.messages import WeightsAnnouncement
+from mgrpo.bus.messages import TrajectoryMessage, WeightsAnnouncement
+from mgrpo.bus.transport import to_wire
 from mgrpo.config import Settings
 from mgrpo.envs import load_benchmark
-from mgrpo.services.context import round_spec
+from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.trainer.readiness import recorded_only
 from mgrpo.services.trainer.weights import RunWeights, TrainedModel
 from mgrpo.store import GroupStatIn
@@ -86,10 +87,10 @@ class RoundTraining:
         marks = [("start", time.perf_counter())]  # phase timings, logged at the end
         spec = spec if spec is not None else round_spec(record, self.cfg)
         cfg = spec.run
-        trajs = store.round_trajectories(round_id, lm.name)
+        trajs, dropped = store.round_trajectories(round_id, lm.name), []
         if not spec.tree_round(record.index):  # the recorded (role, invocation) pairs only
-            trajs = recorded_only(trajs, {r: store.observed_d(round_id, r)
-                                          for r in self.roles if r != "planner"})
+            trajs, dropped = recorded_only(trajs, {r: store.observed_d(round_id, r)
+                                                   for r in self.roles if r != "planner"})
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
@@ -132,6 +133,7 @@ class RoundTraining:
         for sink in self.sinks:
             sink.log(record.run_id, record.index, recorded)
             sink.log_completions(record.run_id, record.index, completions)
+        self.dead_letter_unrecorded(dropped)
         publish_stats(store, round_id, lm.name, stats)
         if not stats:  # nothing to group (no calls this round): still say "published"
             store.publish_group_stats(round_id, lm.name, self.roles[0],
@@ -150,6 +152,17 @@ class RoundTraining:
                  " ".join(f"{name} {t - marks[i][1]:.3f}"
                           for i, (name, t) in enumerate(marks[1:])))
         return metrics
+
+    def dead_letter_unrecorded(self, dropped: list[tuple]) -> None:
+        """Each ingested trajectory the round's record does not name (a hostile message, the
+        late reply of a call that timed out) goes to the dead-letter queue with why, once
+        per trained round, so nothing is left out silently."""
+        queue = Queues(self.settings.queue_prefix).trainer(self.lm.name)
+        for trajectory, reason in dropped:
+            log.warning("trainer %s: %s", self.lm.name, reason)
+            if self.bus is not None:
+                self.bus.dead_letter(queue, to_wire(TrajectoryMessage(trajectory=trajectory)),
+                                     reason)
 
     def completions(self, cfg: RunConfig, trajs: list, round_index: int) -> list[dict]:
         """``log_completions`` of the round's trajectories of this model, chosen by the
