@@ -30,7 +30,8 @@ UNIT_SCRIPTS = ("api_load.py", "async_round.py", "cpu_kernels.py", "demo_async.p
                 "engine.py", "grpo_step.py", "kl_cost.py", "sandbox.py",
                 "scaling.py", "shared_base_memory.py", "team_round.py", "trainer_ranks.py",
                 "update_mfu.py", "weight_sync.py")
-SERVICE_SCRIPTS = ("async_round.py", "ingest.py", "publish.py", "round.py", "round_scaling.py")
+SERVICE_SCRIPTS = ("async_round.py", "fault_probe.py", "ingest.py", "publish.py", "round.py",
+                   "round_scaling.py")
 
 
 def bench_files() -> set[str]:

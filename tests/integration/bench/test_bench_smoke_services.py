@@ -53,3 +53,17 @@ def test_round_scaling(tmp_path, postgres_url, rabbitmq_url):
     assert row["episodes"] == 2 and "planner-worker" in row["processes"]
     assert all(p["peak_rss_mb"] > 0 for p in row["processes"].values())
     assert result["slopes"]["wall_s_per_episode"] is None  # one size: no slope
+
+
+def test_fault_probe_hostile_scenarios(tmp_path, postgres_url, rabbitmq_url):
+    """The probe's two hostile-input scenarios (the sweep's takes 85 s, the broker restart
+    is its own test): exit 0, every hostile message a dead letter, trained as expected."""
+    run_bench("fault_probe.py", "--skip", "concurrent_starts", "unpublished_round",
+              "broker_restart", *SFT, *_urls(postgres_url, rabbitmq_url),
+              "--out", str(tmp_path / "r.json"))
+    result = read_json(tmp_path / "r.json")
+    rows = result["scenarios"]
+    assert set(rows) == {"poison", "hostile_trajectory"} and result["failures"] == []
+    for row in rows.values():
+        assert row["status"] == "done" and row["trained"] == row["expected"], row
+        assert sum(row["hostile_dead_lettered"].values()) == row["hostile_sent"] == 3, row
