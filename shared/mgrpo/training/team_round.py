@@ -2,7 +2,7 @@
 store -> each model's AT-GRPO update -> checkpoint.
 
 One round: B training tasks (a pure function of (seed, round)), played as AT-GRPO trees by
-:class:`mgrpo.workflows.team_play.TeamSampler` (K candidates per (task, role, team turn),
+:class:`mgrpo.training.team_play.TeamSampler` (K candidates per (task, role, team turn),
 the best continues). Candidates go through the stats store exactly as the hierarchy's trees
 do (one rollout slot per candidate index k); each model's trainer reads back its own roles'
 candidates and runs :func:`mgrpo.training.tree_round.train_tree_model`: advantages within
@@ -39,9 +39,9 @@ from mgrpo.training.rounds import sample_questions
 from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.run_state import save_state
 from mgrpo.training.system import LoadedModel, load_models
+from mgrpo.training.team_play import TeamEpisode, TeamSampler
 from mgrpo.training.tree_round import train_tree_models, tree_seed
 from mgrpo.workflows import EvalRefused
-from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
 
 
 @dataclass

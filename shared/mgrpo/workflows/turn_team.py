@@ -3,7 +3,7 @@
 prompt (the task, its history, what the others produced) and acts. The episode ends when the
 world says so (solved, or the world's own turn limit) or after ``workflow.max_turns`` team
 turns. Team reward: the world's verifier (``World.score``) at the end of the team turn the
-action starts (the later roles play one lookahead action each: ``mgrpo.workflows.team_play``);
+action starts (the later roles play one lookahead action each: ``mgrpo.training.team_play``);
 local reward: the world's reward of the role's own action (``Turn.reward``); a turn's
 training reward is ``alpha * team + local``.
 
@@ -12,7 +12,7 @@ The run config names the world and which model plays each role::
     workflow: {kind: turn_team, world: plan_path, roles: {tool: modelA, plan: modelB}}
 
 ``roles`` replaces ``agents`` (one model for both roles: a shared policy), and the algorithm
-is ``at_grpo`` (tree sampling: ``mgrpo.workflows.team_play``) unless another tree algorithm
+is ``at_grpo`` (tree sampling: ``mgrpo.training.team_play``) unless another tree algorithm
 is named. Training in this process: ``mgrpo.training.team_round``; through the services:
 ``mgrpo.services.team``. Evaluation (``mgrpo eval``): the same greedy (or sampled) team
 ``mgrpo train`` evaluates before and after, on any split.

@@ -158,7 +158,7 @@ def test_accuracy_counts_solved_tasks_and_team_reward_averages_scores():
     """coder_tester's team reward is the share of hidden tests passed: a task half passed
     counts 0.5 in the team reward and 0 in the accuracy."""
     from mgrpo.envs.worlds import WorldState, WorldTask
-    from mgrpo.workflows.team_play import TeamEpisode
+    from mgrpo.training.team_play import TeamEpisode
 
     class Half:
         def score(self, state):
