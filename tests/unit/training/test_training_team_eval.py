@@ -1,4 +1,4 @@
-"""`mgrpo eval` on a turn team: the workflow's evaluation (``TurnTeam.evaluate``) on tasks of
+"""`mgrpo eval` on a turn team: the turn team's runner (``mgrpo.training.runners``) on tasks of
 its world's split, the same numbers as ``team_round.evaluate_team`` (what `mgrpo train` and
 the team ablation evaluate with), the scripted expert solving every task, the run's
 checkpoints, and the hierarchy's options refused in one line."""
