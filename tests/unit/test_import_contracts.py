@@ -5,9 +5,12 @@
 - ``mgrpo.algo`` is pure math: it imports only ``mgrpo.algo`` itself, torch, numpy, pydantic
   and the standard library.
 - The room order: a room never imports the rooms above it (:data:`ABOVE`), at module level
-  or in a function.
-- No first-party import circle at module level (the imports a module runs when it is
-  imported, ``if TYPE_CHECKING:`` blocks left out). A function-level import does not count.
+  or in a function (an ``if TYPE_CHECKING:`` block, annotations only, may: the workflow
+  spec names the ``RunConfig`` it reads).
+- No first-party import circle, at module level (the imports a module runs when it is
+  imported) nor with the imports inside functions counted too (``if TYPE_CHECKING:`` blocks
+  left out): e.g. a workflow is a spec the training side plays (``mgrpo.training.runners``),
+  never the reverse.
 - A first-party import inside a function in the library says why it is there: a comment on
   its line or on the line above its block of imports (an import circle, or what it keeps out
   of the CLI's start or of a light module's import).
@@ -32,6 +35,10 @@ ABOVE = {
     # the training loop < the experiments on it (demo, ablations, plots, ...) < the CLI;
     # the services run the loop and never an experiment
     "mgrpo.training": ("mgrpo.experiments", "mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
+    # a workflow is a spec (roles, turn order, rewards, checks) < the training side that
+    # plays it (mgrpo.training.runners)
+    "mgrpo.workflows": ("mgrpo.training", "mgrpo.experiments", "mgrpo.services", "mgrpo.cli",
+                        "mgrpo.dashboard"),
     "mgrpo.experiments": ("mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
     "mgrpo.services": ("mgrpo.experiments", "mgrpo.cli"),
     # the HTTP plumbing of every app < the sandbox service < the services that call it
@@ -77,9 +84,14 @@ def _is_type_checking(node: ast.If) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports(path: Path, name: str, module_level: bool) -> list[tuple[str, int]]:
+def imports(path: Path, name: str, module_level: bool,
+            type_checking: bool | None = None) -> list[tuple[str, int]]:
     """(imported module, line) of every import in ``path`` (module ``name``); with
-    ``module_level``, only those run at import time (not in functions or TYPE_CHECKING)."""
+    ``module_level``, only those run at import time (not in functions or TYPE_CHECKING).
+    ``type_checking``: count the ``if TYPE_CHECKING:`` blocks (default: not
+    ``module_level``)."""
+    if type_checking is None:
+        type_checking = not module_level
     tree = ast.parse(path.read_text(), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: list[tuple[str, int]] = []
@@ -89,7 +101,7 @@ def imports(path: Path, name: str, module_level: bool) -> list[tuple[str, int]]:
             if module_level and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef
                                            | ast.Lambda):
                 continue
-            if module_level and isinstance(child, ast.If) and _is_type_checking(child):
+            if not type_checking and isinstance(child, ast.If) and _is_type_checking(child):
                 for stmt in child.orelse:
                     visit(stmt)
                 continue
@@ -108,12 +120,14 @@ def imports(path: Path, name: str, module_level: bool) -> list[tuple[str, int]]:
     return out
 
 
-def first_party_graph() -> dict[str, set[str]]:
-    """Module -> the first-party modules it imports at module level."""
+def first_party_graph(module_level: bool = True) -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports at module level (``module_level=False``:
+    in functions too); ``if TYPE_CHECKING:`` blocks left out."""
     modules = sources()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        graph[name] = {target for target, _ in imports(path, name, module_level=True)
+        graph[name] = {target for target, _ in imports(path, name, module_level,
+                                                       type_checking=False)
                        if target in modules and target != name}
     return graph
 
@@ -238,7 +252,7 @@ def test_no_room_imports_a_room_above_it():
     bad = [f"{path.relative_to(ROOT)}:{line} imports {target}"
            for name, path in sources().items() for room, above in ABOVE.items()
            if in_room(name, room)
-           for target, line in imports(path, name, module_level=False)
+           for target, line in imports(path, name, module_level=False, type_checking=False)
            if any(in_room(target, upper) for upper in above)]
     assert not bad, "a room imports a room above it (hand the work down instead):\n" + \
         "\n".join(bad)
@@ -249,6 +263,15 @@ def test_no_module_level_first_party_import_circle():
     assert not found, "module-level import circles (move the shared piece down a room, or " \
         "import inside the function with a comment why):\n" + \
         "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_first_party_import_circle_with_function_level_imports():
+    """No circle even counting the imports inside functions (``if TYPE_CHECKING:`` left out):
+    e.g. mgrpo.training and mgrpo.workflows never import each other; a workflow is a spec the
+    training side plays (``mgrpo.training.runners``)."""
+    found = cycles(first_party_graph(module_level=False))
+    assert not found, "import circles, function-level imports counted (move the shared " \
+        "piece down a room):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_the_checker_sees_a_circle_and_a_forbidden_import(tmp_path):
@@ -264,6 +287,11 @@ def test_the_checker_sees_a_circle_and_a_forbidden_import(tmp_path):
              for n, p in names.items()}
     assert graph["pkg.b"] == {"pkg", "pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+    # with function-level imports counted, b -> c is an edge (and c -> b closes a circle)
+    deep = {n: {t for t, _ in imports(p, n, module_level=False, type_checking=False)
+                if t in names and t != n} for n, p in names.items()}
+    assert deep["pkg.b"] == {"pkg", "pkg.a", "pkg.c"}
+    assert cycles(deep) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
 def test_the_container_shells_are_the_librarys_entry_points():

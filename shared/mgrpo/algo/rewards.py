@@ -110,7 +110,7 @@ def mix_turn_reward(r_team: ArrayLike, r_local: ArrayLike, alpha: float) -> floa
     i at team turn t, ``r_{t,i}^k = alpha * R_team(s_{t+1}^k) + r_local(a_{t,i}^k)``.
 
     ``s_{t+1}^k`` is the team's state at the end of team turn t reached from candidate k
-    (the roles after i each play one action on it: ``mgrpo.workflows.team_play``), so
+    (the roles after i each play one action on it: ``mgrpo.training.team_play``), so
     every role's K candidates can differ in their team term, the first role's included.
     Where the team terms of a group are constant, alpha drops out of its group-relative
     advantage; where they are ``c * r_local + b`` with c >= 0 (math_team's reasoner: its

@@ -171,6 +171,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
     from mgrpo.training.config_files import load_run_config
     from mgrpo.training.heldout import parse_stage
     from mgrpo.training.numerics import pin
+    from mgrpo.training.runners import evaluate_run
     from mgrpo.workflows import EvalRefused, EvalRequest
 
     cfg = load_run_config(config, _parse_overrides(set_))
@@ -183,7 +184,7 @@ def eval_(config: Path = typer.Option(..., "--config", exists=True, dir_okay=Fal
                           episodes=episodes or None)
     cpu = pin(cfg.cpu_threads, cfg.cpu_kernels)  # before the first tensor operation
     try:
-        result = cfg.flow.evaluate(cfg, request)
+        result = evaluate_run(cfg, request)  # the workflow's runner (mgrpo.training.runners)
     except EvalRefused as exc:
         raise UserError(str(exc), exc.hint) from None
     result["cpu"] = cpu

@@ -17,7 +17,6 @@ import sys
 
 from pydantic import Field
 
-from mgrpo.models.shared_base import shares_base
 from mgrpo.validation import StrictModel
 
 
@@ -99,6 +98,16 @@ def load_base_state(model, state: dict, seed: int = 0) -> None:
     else:
         base.load_state_dict(mapped, strict=False)
     reset_adapter(model, seed)
+
+
+SHARED_FLAG = "mgrpo_shared_base"
+"""Attribute set to True on every model whose base is tied to another model's
+(:func:`mgrpo.models.shared_base.share_frozen_base`)."""
+
+
+def shares_base(model) -> bool:
+    """Whether ``model``'s frozen base is tied to another model's."""
+    return bool(getattr(model, "__dict__", {}).get(SHARED_FLAG, False))
 
 
 def is_lora_model(model) -> bool:

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHARED_FLAG = "mgrpo_shared_base"
-"""Attribute set to True on every model whose base is tied to another model's."""
+from mgrpo.models.lora import (  # noqa: F401 - shares_base also read from here
+    SHARED_FLAG,
+    is_lora_model,
+    shares_base,
+)
 
 
 @dataclass(frozen=True)
@@ -39,11 +42,6 @@ class SharedBase:
 def base_name(name: str) -> str:
     """A peft parameter's name as in the plain model's (``.base_layer.`` dropped)."""
     return name.replace(".base_layer.", ".")
-
-
-def shares_base(model) -> bool:
-    """Whether ``model``'s frozen base is tied to another model's (:func:`share_frozen_base`)."""
-    return bool(getattr(model, "__dict__", {}).get(SHARED_FLAG, False))
 
 
 def _frozen_slots(model) -> dict[str, list[tuple]]:
@@ -86,8 +84,6 @@ def share_frozen_base(models: list, check_values: bool = True) -> SharedBase:
     dtype) to the first model's, in place; returns what was shared. Raises ValueError (before
     changing anything) when a model is not a peft model or its frozen tensors differ from the
     first's in names, shapes, dtypes, devices or, with ``check_values``, values."""
-    from mgrpo.models.lora import is_lora_model  # lora.py imports this module's helpers
-
     if len(models) < 2:
         return SharedBase(0, 0)
     for i, model in enumerate(models):

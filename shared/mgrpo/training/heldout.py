@@ -8,7 +8,8 @@
 - Benchmark: the run's benchmark config rebuilt with another generator seed (new entities,
   same templates and sizes), to check that a gain is not memorisation of our own entities.
 
-:func:`evaluate_hierarchy` is the hierarchy's ``mgrpo eval`` (``Hierarchy.evaluate``).
+:func:`evaluate_hierarchy` is the hierarchy's ``mgrpo eval`` (its runner's,
+:mod:`mgrpo.training.runners`).
 
 What this module does not do: play episodes or score them (``mgrpo.training.evaluate``).
 """

@@ -7,21 +7,25 @@ updates. State needed to resume (last complete round, weights, optimizer moments
 checkpointed atomically after each round; every random choice is a pure function of
 (seed, round), so a resumed run repeats what the uninterrupted run would have done.
 
-The ``hierarchy`` workflow's run is :class:`HierarchyPlan` played by the round loop every
-workflow shares (:func:`mgrpo.training.run_rounds.run_rounds`). A run's folders, state file,
-resume and fresh start: :mod:`mgrpo.training.run_state`; its stages and their
-difficulty-filtered pools: :mod:`mgrpo.training.stages` (both re-exported here).
+:func:`run_training` holds the run folder and plays the run of ``cfg``'s workflow with the
+runner registered for it (:mod:`mgrpo.training.runners`). The ``hierarchy`` workflow's run
+is :class:`~mgrpo.training.hierarchy_run.HierarchyPlan` played by the round loop every
+workflow shares (:func:`mgrpo.training.run_rounds.run_rounds`); a turn team's:
+:mod:`mgrpo.training.team_round`. A run's folders, state file, resume and fresh start:
+:mod:`mgrpo.training.run_state`; its stages and their difficulty-filtered pools:
+:mod:`mgrpo.training.stages` (re-exported here, with the hierarchy's rounds).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from mgrpo.training.config import RunConfig
-from mgrpo.training.evaluate import evaluate, evaluate_both
-from mgrpo.training.metrics import MetricsLogger
-from mgrpo.training.pipeline import run_async
+from mgrpo.training.hierarchy_run import (  # noqa: F401 - re-exported
+    HierarchyPlan,
+    run_hierarchy,
+    run_round,
+)
 from mgrpo.training.round_store import (  # noqa: F401 - re-exported
     expected_roles,
     finish_round,
@@ -32,9 +36,8 @@ from mgrpo.training.round_store import (  # noqa: F401 - re-exported
     staleness_metrics,
     take_completions,
 )
-from mgrpo.training.rounds import collect, sample_questions
 from mgrpo.training.run_lock import own_run_folder
-from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
+from mgrpo.training.run_rounds import RunResult
 from mgrpo.training.run_state import (  # noqa: F401 - re-exported
     STATE_FILE,
     clean_uncommitted,
@@ -44,6 +47,7 @@ from mgrpo.training.run_state import (  # noqa: F401 - re-exported
     sync_sampler,
     write_json_atomic,
 )
+from mgrpo.training.runners import train_run
 from mgrpo.training.stages import (  # noqa: F401 - re-exported
     clear_pools,
     filter_round_id,
@@ -52,20 +56,6 @@ from mgrpo.training.stages import (  # noqa: F401 - re-exported
     stage_pool,
     stage_schedule,
 )
-from mgrpo.training.system import System, build_system
-from mgrpo.training.tree_round import run_at_grpo_round
-
-
-def run_round(system: System, store, run_id: str, round_index: int, pool: list) -> dict:
-    """One synchronous round: sample B questions, play them with the current weights, then
-    :func:`finish_round`."""
-    cfg = system.cfg
-    questions = sample_questions(pool, cfg.queries_per_round, cfg.seed, round_index)
-    open_round(store, cfg, run_id, round_index, [q.id for q in questions])
-    t0 = time.perf_counter()
-    episodes = collect(system, round_id_of(run_id, round_index), questions, cfg.k, cfg.seed)
-    return finish_round(system, store, run_id, round_index, questions, episodes,
-                        time.perf_counter() - t0)
 
 
 def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
@@ -77,63 +67,5 @@ def run_training(cfg: RunConfig, resume: bool = False, progress: bool = True,
     The run owns ``out_dir`` meanwhile (:mod:`mgrpo.training.run_lock`): a folder another
     live process trains in is refused, and a start that fails before its first round is
     committed leaves the folder as it found it."""
-    with own_run_folder(Path(cfg.out_dir)):  # the run's workflow trains it (mgrpo.workflows)
-        return cfg.flow.train(cfg, resume, progress, stop_after, log_every)
-
-
-class HierarchyPlan(RoundPlan):
-    """The ``hierarchy`` workflow's rounds: a planner and its sub-agents on the benchmark,
-    played as episodes (``run_round``) or as AT-GRPO trees (``run_at_grpo_round``), one pool
-    of questions per stage; held-out accuracy sampled and greedy before and after, greedy
-    every ``eval_every`` rounds."""
-
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
-        self.system = build_system(cfg)
-        self.pools: dict[int, list] = {}
-        self.test: list = []
-
-    def prepare(self, done: int) -> None:
-        cfg = self.cfg
-        if done == 0:  # new weights: a stored filter pool of an earlier start is not this run's
-            clear_pools(cfg, cfg.name)
-        self.test = self.system.bench.questions("test", stage=cfg.eval_stage)[
-            : cfg.eval_questions]
-
-    def evaluate_before(self, logger: MetricsLogger) -> dict[str, float]:
-        return evaluate_both(self.system, self.test, logger, "before", step=0)
-
-    def evaluate_after(self, logger: MetricsLogger, step: int) -> dict[str, float]:
-        return evaluate_both(self.system, self.test, logger, "after", step=step)
-
-    def play_round(self, store, stage_index: int, round_index: int) -> dict[str, float]:
-        if stage_index not in self.pools:
-            self.pools[stage_index] = stage_pool(self.system, stage_index, self.cfg.name)
-        # tree sampling, groups (query, agent, turn); else episodes
-        round_fn = run_at_grpo_round if self.cfg.algo.tree else run_round
-        return round_fn(self.system, store, self.cfg.name, round_index, self.pools[stage_index])
-
-    def completions(self, round_index: int) -> list[dict]:
-        return take_completions(self.system, round_index)
-
-    def after_round(self, logger: MetricsLogger, round_index: int, total: int) -> None:
-        # Greedy held-out accuracy every eval_every rounds; the last round's comes from the
-        # final evaluation (sampled and greedy), not twice.
-        if self.cfg.eval_every and (round_index + 1) % self.cfg.eval_every == 0 \
-                and round_index + 1 < total:
-            logger.log_eval(round_index + 1, evaluate(self.system, self.test, greedy=True),
-                            f"after round {round_index + 1}/{total}")
-
-    def run_pipelined(self, store, logger: MetricsLogger, schedule: list, done: int,
-                      stop_after: int | None, result: RunResult) -> bool | None:
-        cfg = self.cfg
-        if not any(cfg.staleness(m) > 0 for m in cfg.trained_models()):  # synchronous
-            return None
-        return run_async(self.system, store, logger, schedule, done, stop_after, result,
-                         self.after_round)
-
-
-def run_hierarchy(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
-                  log_every: int) -> RunResult:
-    """The ``hierarchy`` workflow's run: a planner and its sub-agents on the benchmark."""
-    return run_rounds(cfg, resume, progress, stop_after, log_every, HierarchyPlan)
+    with own_run_folder(Path(cfg.out_dir)):  # the runner of the run's workflow plays it
+        return train_run(cfg, resume, progress, stop_after, log_every)

@@ -1,13 +1,13 @@
-"""The in-process run that every workflow's ``train`` shares: :func:`run_rounds`.
+"""The in-process run that every built-in workflow's runner shares: :func:`run_rounds`.
 
 It opens the run (its metrics logger, its SQLite stats store under ``out_dir``, the weights
 to start or resume from), evaluates before the first round, plays the rounds of the stage
 schedule one by one, and evaluates after the last. What a round plays and how the run is
-evaluated belong to the workflow's :class:`RoundPlan` (``mgrpo.training.loop.HierarchyPlan``,
-``mgrpo.training.team_round.TeamPlan``).
+evaluated belong to the workflow's :class:`RoundPlan`
+(``mgrpo.training.hierarchy_run.HierarchyPlan``, ``mgrpo.training.team_round.TeamPlan``).
 
 What this module does not do: hold the run folder (``mgrpo.training.loop.run_training`` does)
-or pick the workflow (``cfg.flow``).
+or pick the workflow's runner (``mgrpo.training.runners``).
 """
 
 from __future__ import annotations

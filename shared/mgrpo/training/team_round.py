@@ -2,7 +2,7 @@
 store -> each model's AT-GRPO update -> checkpoint.
 
 One round: B training tasks (a pure function of (seed, round)), played as AT-GRPO trees by
-:class:`mgrpo.workflows.team_play.TeamSampler` (K candidates per (task, role, team turn),
+:class:`mgrpo.training.team_play.TeamSampler` (K candidates per (task, role, team turn),
 the best continues). Candidates go through the stats store exactly as the hierarchy's trees
 do (one rollout slot per candidate index k); each model's trainer reads back its own roles'
 candidates and runs :func:`mgrpo.training.tree_round.train_tree_model`: advantages within
@@ -39,9 +39,9 @@ from mgrpo.training.rounds import sample_questions
 from mgrpo.training.run_rounds import RoundPlan, RunResult, run_rounds
 from mgrpo.training.run_state import save_state
 from mgrpo.training.system import LoadedModel, load_models
+from mgrpo.training.team_play import TeamEpisode, TeamSampler
 from mgrpo.training.tree_round import train_tree_models, tree_seed
-from mgrpo.workflows import EvalRefused
-from mgrpo.workflows.team_play import TeamEpisode, TeamSampler
+from mgrpo.workflows import EvalRefused, EvalRequest
 
 
 @dataclass
@@ -162,6 +162,15 @@ def evaluate_team_tasks(system: TeamSystem, tasks: list, greedy: bool = True
             **role_metrics(episodes, tuple(system.world.roles), prefix)}, scores
 
 
+def evaluate_team_request(cfg: RunConfig, request: EvalRequest) -> dict[str, Any]:
+    """``mgrpo eval`` on a ``turn_team`` run (its runner's, :mod:`mgrpo.training.runners`):
+    the team, one action per role and turn, on the first ``n`` tasks of the world's
+    ``split`` (:func:`evaluate_team_run`); the hierarchy's options are refused."""
+    cfg.flow.refuse_options(request, "stage", "bench_seed", "subagent", "episodes")
+    return evaluate_team_run(cfg, request.split, request.n, request.greedy,
+                             request.checkpoints)
+
+
 def evaluate_team_run(cfg: RunConfig, split: str, n: int, greedy: bool = True,
                       checkpoints: bool = False) -> dict[str, Any]:
     """``mgrpo eval`` on a ``turn_team`` run: :func:`evaluate_team` on the first ``n`` tasks
@@ -228,5 +237,6 @@ class TeamPlan(RoundPlan):
 
 def run_team_training(cfg: RunConfig, resume: bool, progress: bool, stop_after: int | None,
                       log_every: int) -> RunResult:
-    """The ``turn_team`` workflow's run (called by ``mgrpo.training.loop.run_training``)."""
+    """The ``turn_team`` workflow's run (its runner's, :mod:`mgrpo.training.runners`; called
+    by ``mgrpo.training.loop.run_training``)."""
     return run_rounds(cfg, resume, progress, stop_after, log_every, TeamPlan)

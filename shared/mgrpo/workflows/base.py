@@ -1,9 +1,9 @@
 """Workflows: the shapes of a multi-agent system, registered by name.
 
-A workflow declares its roles and which model (policy) plays each (one model for all roles:
-a shared policy; one per role: specialised policies), who acts after whom (the turn order
-or the delegation graph), when an episode ends, what the team and the local rewards are,
-and how a run of it trains in this process. The run config's ``workflow: {kind: ...}``
+A workflow is a spec: it declares its roles and which model (policy) plays each (one model
+for all roles: a shared policy; one per role: specialised policies), who acts after whom
+(the turn order or the delegation graph), when an episode ends, what the team and the local
+rewards are, and which run configs it refuses. The run config's ``workflow: {kind: ...}``
 names one; without ``workflow`` a run is the ``hierarchy``.
 
 Built in: ``hierarchy`` (:mod:`mgrpo.workflows.hierarchy`: a planner delegating to tool
@@ -11,11 +11,14 @@ sub-agents) and ``turn_team`` (:mod:`mgrpo.workflows.turn_team`: a team of roles
 turns on a :class:`~mgrpo.envs.worlds.World`). A user's workflow is registered from their
 own package (``plugins:``) with :func:`register_workflow`.
 
-A workflow also owns how a run of it is evaluated (``mgrpo eval``): its ``evaluate`` takes
-the command's options as an :class:`EvalRequest` and returns the JSON-able result.
+How a run of a workflow trains in this process (``mgrpo train``) and is evaluated
+(``mgrpo eval``, the command's options as an :class:`EvalRequest`) is the training side's:
+the runner registered for the workflow's name in :mod:`mgrpo.training.runners` (the
+built-ins'). A workflow without one (a user's) plays its own :meth:`Workflow.train` and
+:meth:`Workflow.evaluate`.
 
-What this module does NOT do: play episodes, evaluate or train (the workflow's ``train`` and
-``evaluate`` hand the run to ``mgrpo.training``).
+What this module does NOT do: play episodes, evaluate or train; it imports nothing of
+``mgrpo.training`` (the run config only for annotations).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Workflow:
     distributed: bool = False  # the service entry points (`mgrpo serve ...`) run its rounds
     reads_bench: bool = True  # its runs read the benchmark at `bench_dir` (`mgrpo config
     # check` requires the folder only then)
+    evaluates: bool = False  # `mgrpo eval` evaluates its runs: the built-ins, whose runner
+    # (mgrpo.training.runners) evaluates; a workflow overriding `evaluate` does too
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         """A run config's raw fields before validation (fill what the workflow implies,
@@ -93,12 +98,14 @@ class Workflow:
               log_every: int):
         """Train a run of this workflow in this process; returns a
         :class:`mgrpo.training.run_rounds.RunResult`. Called by ``run_training``, which holds the
-        run folder."""
+        run folder, for a workflow with no runner of its own (:mod:`mgrpo.training.runners`:
+        the built-ins have one)."""
         raise NotImplementedError
 
     def evaluate(self, cfg: RunConfig, request: EvalRequest) -> dict[str, Any]:
         """Evaluate a run of this workflow in this process (``mgrpo eval``): its metrics and
-        what was evaluated, JSON-able. The default refuses (an :class:`EvalRefused`)."""
+        what was evaluated, JSON-able; for a workflow with no runner of its own
+        (:mod:`mgrpo.training.runners`). The default refuses (an :class:`EvalRefused`)."""
         raise EvalRefused(f"mgrpo eval: workflow {self.name} defines no evaluation",
                           "its held-out numbers are `mgrpo train`'s (eval/greedy/*, before "
                           "and after); a workflow evaluates by overriding Workflow.evaluate")
@@ -125,8 +132,8 @@ def refuse_embedded_only(cfg: RunConfig, command: str, nested: bool = False) -> 
         where = ("`mgrpo train` or the service entry points (`mgrpo serve planner-worker`, "
                  "`subagent --name ROLE`, `trainer --model M`)" if flow.distributed
                  else "`mgrpo train` only")
-        held_out = ("`mgrpo eval`, and `mgrpo train`'s before and after" if
-                    type(flow).evaluate is not Workflow.evaluate else
+        evaluated = flow.evaluates or type(flow).evaluate is not Workflow.evaluate
+        held_out = ("`mgrpo eval`, and `mgrpo train`'s before and after" if evaluated else
                     "`mgrpo train`'s before and after")
         raise ValueError(f"{command} plays the hierarchy (planner + sub-agents); workflow "
                          f"{flow.name} trains with {where} (its held-out evaluation: "

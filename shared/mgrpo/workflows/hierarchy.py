@@ -1,7 +1,9 @@
 """``hierarchy``: a planner delegates subtasks to tool sub-agents and answers (M-GRPO's
-shape). A thin declaration over what plays it: ``mgrpo.training.episodes`` (the episode
-runner), ``mgrpo.training.tree`` (AT-GRPO's trees) and the loop of ``mgrpo.training.loop``;
-the roles and their models are the run config's ``agents``.
+shape). A declaration; what plays it is ``mgrpo.training``'s (its runner, registered in
+``mgrpo.training.runners``: the run of ``mgrpo.training.hierarchy_run`` over the episode
+runner ``mgrpo.training.episodes`` and AT-GRPO's trees ``mgrpo.training.tree``, and the
+held-out evaluation of ``mgrpo.training.heldout``); the roles and their models are the run
+config's ``agents``.
 
 The hierarchy may nest: a sub-agent that delegates lists the sub-agents it may call
 (``agents: {researcher: {model: r, calls: [searcher]}}``, held in ``RunConfig.delegation``).
@@ -91,6 +93,7 @@ class Hierarchy(Workflow):
     local_reward = ("per algorithm: mgrpo - each sub-agent's r_expert and the main outcome "
                     "(rewards.subagent); at_grpo - each turn's own progress (training.tree)")
     embedded_only = False
+    evaluates = True  # mgrpo.training.runners: evaluate_hierarchy
     distributed = True
 
     def prepare(self, data: dict) -> dict:
@@ -123,18 +126,6 @@ class Hierarchy(Workflow):
 
     def max_turns(self, cfg) -> int:
         return cfg.sampling.planner_max_turns
-
-    def train(self, cfg, resume, progress, stop_after, log_every):
-        # here, not at the top: an import circle through mgrpo.training.loop
-        from mgrpo.training.loop import run_hierarchy
-
-        return run_hierarchy(cfg, resume, progress, stop_after, log_every)
-
-    def evaluate(self, cfg, request):
-        # here, not at the top: an import circle through mgrpo.training.heldout
-        from mgrpo.training.heldout import evaluate_hierarchy
-
-        return evaluate_hierarchy(cfg, request)
 
 
 HIERARCHY = register_workflow(Hierarchy())

@@ -3,7 +3,7 @@
 prompt (the task, its history, what the others produced) and acts. The episode ends when the
 world says so (solved, or the world's own turn limit) or after ``workflow.max_turns`` team
 turns. Team reward: the world's verifier (``World.score``) at the end of the team turn the
-action starts (the later roles play one lookahead action each: ``mgrpo.workflows.team_play``);
+action starts (the later roles play one lookahead action each: ``mgrpo.training.team_play``);
 local reward: the world's reward of the role's own action (``Turn.reward``); a turn's
 training reward is ``alpha * team + local``.
 
@@ -12,10 +12,11 @@ The run config names the world and which model plays each role::
     workflow: {kind: turn_team, world: plan_path, roles: {tool: modelA, plan: modelB}}
 
 ``roles`` replaces ``agents`` (one model for both roles: a shared policy), and the algorithm
-is ``at_grpo`` (tree sampling: ``mgrpo.workflows.team_play``) unless another tree algorithm
-is named. Training in this process: ``mgrpo.training.team_round``; through the services:
-``mgrpo.services.team``. Evaluation (``mgrpo eval``): the same greedy (or sampled) team
-``mgrpo train`` evaluates before and after, on any split.
+is ``at_grpo`` (tree sampling: ``mgrpo.training.team_play``) unless another tree algorithm
+is named. Training in this process: ``mgrpo.training.team_round`` (the runner registered for
+``turn_team`` in ``mgrpo.training.runners``); through the services: ``mgrpo.services.team``.
+Evaluation (``mgrpo eval``, the same runner): the same greedy (or sampled) team ``mgrpo
+train`` evaluates before and after, on any split.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class TurnTeam(Workflow):
     team_reward = "the world's verifier on the episode (World.score, 1.0 solved)"
     local_reward = "the world's reward of the role's own action (Turn.reward)"
     reads_bench = False  # a world builds its own tasks from the seed
+    evaluates = True  # mgrpo.training.runners: the team on its world's split
     distributed = True  # mgrpo.services.team: each role's turns sampled by its workers
 
     def prepare(self, data: dict) -> dict:
@@ -95,22 +97,6 @@ class TurnTeam(Workflow):
     def alpha(self, cfg) -> float:
         alpha = cfg.workflow.alpha
         return cfg.at_grpo_alpha if alpha is None else alpha
-
-    def train(self, cfg, resume, progress, stop_after, log_every):
-        # here, not at the top: an import circle through mgrpo.training.team_round
-        from mgrpo.training.team_round import run_team_training
-
-        return run_team_training(cfg, resume, progress, stop_after, log_every)
-
-    def evaluate(self, cfg, request):
-        """The team, one action per role and turn, on the first ``n`` tasks of the world's
-        ``split`` (``mgrpo.training.team_round.evaluate_team_run``)."""
-        self.refuse_options(request, "stage", "bench_seed", "subagent", "episodes")
-        # here, not at the top: an import circle through mgrpo.training.team_round
-        from mgrpo.training.team_round import evaluate_team_run
-
-        return evaluate_team_run(cfg, request.split, request.n, request.greedy,
-                                 request.checkpoints)
 
 
 TURN_TEAM = register_workflow(TurnTeam())

@@ -1,4 +1,4 @@
-"""`mgrpo eval` on a turn team: the workflow's evaluation (``TurnTeam.evaluate``) on tasks of
+"""`mgrpo eval` on a turn team: the turn team's runner (``mgrpo.training.runners``) on tasks of
 its world's split, the same numbers as ``team_round.evaluate_team`` (what `mgrpo train` and
 the team ablation evaluate with), the scripted expert solving every task, the run's
 checkpoints, and the hierarchy's options refused in one line."""
@@ -158,7 +158,7 @@ def test_accuracy_counts_solved_tasks_and_team_reward_averages_scores():
     """coder_tester's team reward is the share of hidden tests passed: a task half passed
     counts 0.5 in the team reward and 0 in the accuracy."""
     from mgrpo.envs.worlds import WorldState, WorldTask
-    from mgrpo.workflows.team_play import TeamEpisode
+    from mgrpo.training.team_play import TeamEpisode
 
     class Half:
         def score(self, state):

@@ -72,7 +72,7 @@ class WorldState:
 @runtime_checkable
 class World(Protocol):
     """A world may also set ``stops: dict[role, tuple[str, ...]]``: the markers a role's
-    generated turn ends at (``mgrpo.workflows.team_play``; default: every closing marker of
+    generated turn ends at (``mgrpo.training.team_play``; default: every closing marker of
     the agent protocol)."""
 
     name: str

@@ -1,6 +1,6 @@
 """A turn team's coordinator (``mgrpo.services.team`` says how a turn_team round runs
 through the services): :class:`TeamWorker` on ``planner.episodes`` holds the world and each
-task's state and plays :class:`~mgrpo.workflows.team_play.TeamSampler` (embedded mode's
+task's state and plays :class:`~mgrpo.training.team_play.TeamSampler` (embedded mode's
 code) with one :class:`RoleEngine` per role, whose ``generate`` is that role's worker
 (``mgrpo.services.subagent.role``) over the bus.
 
@@ -31,9 +31,9 @@ from mgrpo.store.records import DCount
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
 from mgrpo.training.round_spec import RoundSpec
+from mgrpo.training.team_play import TeamSampler
 from mgrpo.training.team_round import team_metrics
 from mgrpo.training.tree_round import tree_seed
-from mgrpo.workflows.team_play import TeamSampler
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The team reward reaches every role of a turn team (``mgrpo.workflows.team_play``): a
+"""The team reward reaches every role of a turn team (``mgrpo.training.team_play``): a
 candidate's team reward is the world's score at the end of the team turn it starts, the
 roles after it each playing one action on its state, so the first role's K candidates can
 differ in team reward and alpha moves their group-relative advantages.
@@ -19,7 +19,7 @@ from mgrpo.engines.base import Completion
 from mgrpo.envs.worlds import build_world
 from mgrpo.training.config import SamplingConfig
 from mgrpo.training.episodes import AgentRuntime
-from mgrpo.workflows.team_play import TeamSampler
+from mgrpo.training.team_play import TeamSampler
 
 K = 4
 WORLDS = ["plan_path", "sudoku4", "sokoban", "coder_tester", "math_team"]
