@@ -7,6 +7,8 @@ so an evaluation stays running while we look at it from the other instance."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import services_testkit as kit
 from fastapi.testclient import TestClient
@@ -72,16 +74,26 @@ def test_a_finished_job_is_read_by_another_instance(setup):
     assert setup[2].get_lease(LEASE) is None  # released when the job ended
 
 
+@contextlib.contextmanager
+def third_question_held(setup, **jobs):
+    """(state, client) of an instance that plays one episode per batch, the third test
+    question's planner turns waiting until ``kit.PLANNER_GATE`` is set (set again on exit)."""
+    settings = setup[0].model_copy(update={"query_batch_size": 1})
+    state, client = instance(setup, plays=True, settings=settings, **jobs)
+    kit.PLANNER_HOLD[:] = [state.benchmark().questions("test")[2].question]
+    kit.PLANNER_GATE.clear()
+    try:
+        yield state, client
+    finally:
+        kit.PLANNER_HOLD.clear()
+        kit.PLANNER_GATE.set()
+
+
 def test_progress_is_written_while_it_runs(setup):
     """Episodes one per batch; the third question's planner turns wait: the other instance
     reads played == 2 from the store while the job runs (written every progress_s)."""
-    settings, store = setup[0], setup[2]
-    first_state, first = instance(setup, plays=True, progress_s=0.05,
-                                  settings=settings.model_copy(update={"query_batch_size": 1}))
-    questions = first_state.benchmark().questions("test")[:4]
-    kit.PLANNER_HOLD[:] = [questions[2].question]
-    kit.PLANNER_GATE.clear()
-    try:
+    store = setup[2]
+    with third_question_held(setup, progress_s=0.05) as (_, first):
         _, second = instance(setup)
         with first, second:
             started = first.post("/v1/evaluations", json={"n_questions": 4}, headers=AUTH)
@@ -93,9 +105,6 @@ def test_progress_is_written_while_it_runs(setup):
             kit.PLANNER_GATE.set()
             assert wait_for(lambda: store.get_evaluation(evaluation_id).status == "done")
             assert second.get(started.headers["Location"]).json()["played"] == 4
-    finally:
-        kit.PLANNER_HOLD.clear()
-        kit.PLANNER_GATE.set()
 
 
 def test_a_job_of_a_dead_process_reads_interrupted_not_404(setup):
@@ -166,24 +175,16 @@ def test_progress_read_is_the_stored_one_so_a_kill_never_turns_it_back(setup):
     """The process running a job answers with the ``played`` the store holds, not a count in
     its memory the store has not seen: otherwise a reader saw 2, the process was killed, and
     every replica then said 0 (the store's last write)."""
-    settings, store = setup[0], setup[2]
-    first_state, first = instance(setup, plays=True, progress_s=3600.0,  # never written
-                                  settings=settings.model_copy(update={"query_batch_size": 1}))
-    questions = first_state.benchmark().questions("test")[:4]
-    kit.PLANNER_HOLD[:] = [questions[2].question]
-    kit.PLANNER_GATE.clear()
-    try:
-        with first:
-            started = first.post("/v1/evaluations", json={"n_questions": 4}, headers=AUTH)
-            assert started.status_code == 202, started.text
-            evaluation_id = started.json()["evaluation_id"]
-            job = first_state.evaluations._jobs[evaluation_id]
-            assert wait_for(lambda: job.played == 2)  # in memory, not yet in the store
-            stored = store.get_evaluation(evaluation_id).played
-            assert first.get(started.headers["Location"]).json()["played"] == stored == 0
-            kit.PLANNER_GATE.set()
-            assert wait_for(lambda: store.get_evaluation(evaluation_id).status == "done")
-            assert first.get(started.headers["Location"]).json()["played"] == 4
-    finally:
-        kit.PLANNER_HOLD.clear()
+    store = setup[2]
+    # progress_s: never written while it runs
+    with third_question_held(setup, progress_s=3600.0) as (first_state, first), first:
+        started = first.post("/v1/evaluations", json={"n_questions": 4}, headers=AUTH)
+        assert started.status_code == 202, started.text
+        evaluation_id = started.json()["evaluation_id"]
+        job = first_state.evaluations._jobs[evaluation_id]
+        assert wait_for(lambda: job.played == 2)  # in memory, not yet in the store
+        stored = store.get_evaluation(evaluation_id).played
+        assert first.get(started.headers["Location"]).json()["played"] == stored == 0
         kit.PLANNER_GATE.set()
+        assert wait_for(lambda: store.get_evaluation(evaluation_id).status == "done")
+        assert first.get(started.headers["Location"]).json()["played"] == 4

@@ -11,7 +11,7 @@ import pytest
 
 from mgrpo.services.planner.worker import answered_calls, answered_invocations
 from mgrpo.services.trainer.readiness import recorded_only, round_ready
-from mgrpo.store import DCount, PlannerOutcomeIn, Store
+from mgrpo.store import DCount, PlannerOutcomeIn
 from mgrpo.types import Trajectory
 
 
@@ -20,14 +20,6 @@ def searcher(round_id: str, query: str, invocation: int, attempt: int = 0) -> Tr
                       round_id=round_id, query_id=query, rollout=0, agent="searcher",
                       model="searcher", invocation=invocation, input_ids=[1, 2, 3],
                       response_mask=[0, 1, 1], old_logprobs=[0.0, -0.5, -0.5])
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/store.db")
-    store.upgrade()
-    yield store
-    store.close()
 
 
 def test_an_unrecorded_invocation_neither_readies_nor_trains(store):
