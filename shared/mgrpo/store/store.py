@@ -14,6 +14,7 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
+from mgrpo.store.call_counts import CallCountsMixin
 from mgrpo.store.evaluations import EvaluationsMixin
 from mgrpo.store.leases import LeaseMixin
 from mgrpo.store.migrate import alembic_config
@@ -25,7 +26,8 @@ from mgrpo.store.training import TrainingMixin
 _MIGRATION_LOCK_ID = 0x6D6772706F  # "mgrpo"
 
 
-class Store(RoundsMixin, TrainingMixin, RegistryMixin, EvaluationsMixin, LeaseMixin):
+class Store(RoundsMixin, TrainingMixin, CallCountsMixin, RegistryMixin, EvaluationsMixin,
+            LeaseMixin):
     """Repository over the stats store: ``Store(url)``, then ``store.upgrade()`` once.
 
     Methods (see docs/store.md): runs/rounds/rollouts (``create_run``, ``create_round``,

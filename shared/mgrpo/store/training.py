@@ -1,5 +1,5 @@
 """What trainers exchange (docs/store.md, 'Tables'): trajectories, planner outcomes, group
-statistics, observed d_k.
+statistics; the observed d_k are read in ``mgrpo.store.call_counts``.
 
 Trajectories are keyed by (traj_id, attempt): ingestion is ``INSERT ... ON CONFLICT DO
 NOTHING``, so a redelivered message or a second ingesting thread never adds a row; a
@@ -39,7 +39,6 @@ from sqlalchemy import (
 
 from mgrpo.store.base import StoreBase
 from mgrpo.store.models import GroupStat, ObservedD, PlannerOutcome, Rollout, TrajectoryRow, utcnow
-from mgrpo.store.models import Round as RoundRow
 from mgrpo.store.records import (
     DCount,
     GroupStatIn,
@@ -110,7 +109,7 @@ def _content(row: dict) -> dict:
                       sort_keys=True, default=str)
 
 
-def _completing(model, *extra):
+def completing(model, *extra):
     """Join condition: ``model``'s row belongs to the attempt that completed its rollout."""
     return and_(Rollout.round_id == model.round_id, Rollout.query_id == model.query_id,
                 Rollout.rollout == model.rollout, Rollout.completed_attempt == model.attempt,
@@ -193,7 +192,7 @@ class TrainingMixin(StoreBase):
 
         Ordered by (query_id, rollout, agent, invocation, turn) so groups come out together.
         """
-        stmt = (select(TrajectoryRow).join(Rollout, _completing(TrajectoryRow))
+        stmt = (select(TrajectoryRow).join(Rollout, completing(TrajectoryRow))
                 .where(TrajectoryRow.round_id == round_id, TrajectoryRow.model == model)
                 .order_by(TrajectoryRow.query_id, TrajectoryRow.rollout, TrajectoryRow.agent,
                           TrajectoryRow.invocation, TrajectoryRow.turn))
@@ -209,7 +208,7 @@ class TrainingMixin(StoreBase):
         """Every model's trajectories of ONE rollout (its completing attempt): the planner's
         and each sub-agent call's, ordered by (agent, invocation, turn). The dashboard's trace
         viewer reads this; trainers never do."""
-        stmt = (select(TrajectoryRow).join(Rollout, _completing(TrajectoryRow))
+        stmt = (select(TrajectoryRow).join(Rollout, completing(TrajectoryRow))
                 .where(TrajectoryRow.round_id == round_id, TrajectoryRow.query_id == query_id,
                        TrajectoryRow.rollout == rollout)
                 .order_by(TrajectoryRow.agent, TrajectoryRow.invocation, TrajectoryRow.turn))
@@ -223,7 +222,7 @@ class TrainingMixin(StoreBase):
         """How many :meth:`round_trajectories` would return, without loading the payloads
         (trainers poll this while they wait for their part of a round)."""
         stmt = (select(func.count()).select_from(TrajectoryRow)
-                .join(Rollout, _completing(TrajectoryRow))
+                .join(Rollout, completing(TrajectoryRow))
                 .where(TrajectoryRow.round_id == round_id, TrajectoryRow.model == model))
         if agent is not None:
             stmt = stmt.where(TrajectoryRow.agent == agent)
@@ -236,7 +235,7 @@ class TrainingMixin(StoreBase):
         :meth:`round_trajectories` returns), without the payloads: which recorded calls a
         trainer has ingested."""
         stmt = (select(TrajectoryRow.query_id, TrajectoryRow.rollout, TrajectoryRow.invocation)
-                .join(Rollout, _completing(TrajectoryRow))
+                .join(Rollout, completing(TrajectoryRow))
                 .where(TrajectoryRow.round_id == round_id, TrajectoryRow.model == model,
                        TrajectoryRow.agent == agent).distinct())
         with self._tx() as session:
@@ -311,7 +310,7 @@ class TrainingMixin(StoreBase):
     def read_planner_outcomes(self, round_id: str) -> list[PlannerOutcomeRecord]:
         """Planner outcomes of the completing attempts: what sub-agent trainers use as
         r_correct_main (docs/algorithm.md, '1.2 Rewards'). Ordered by (query_id, rollout)."""
-        stmt = (select(PlannerOutcome).join(Rollout, _completing(PlannerOutcome))
+        stmt = (select(PlannerOutcome).join(Rollout, completing(PlannerOutcome))
                 .where(PlannerOutcome.round_id == round_id)
                 .order_by(PlannerOutcome.query_id, PlannerOutcome.rollout))
         with self._tx() as session:
@@ -375,82 +374,3 @@ class TrainingMixin(StoreBase):
             for round_id, model in session.execute(stmt):
                 out[round_id].add(model)
         return out
-
-    def record_d_counts(self, agent: str, round_id: str, counts: Sequence[DCount]) -> int:
-        """Record observed d_k per rollout attempt for one sub-agent type; returns how many
-        were new (first write of an attempt wins).
-
-        A count without ``attempt`` is taken as the completing attempt's: the rollout must be
-        completed already (else ``ValueError``). Workers that record d_k BEFORE
-        ``complete_rollout`` (the planner worker) must pass the attempt they played.
-        """
-        inserted = 0
-        with self._tx() as session:
-            for count in counts:
-                row = DCount.model_validate(count).model_dump()
-                if row["attempt"] is None:
-                    row["attempt"] = self._completed_attempt(session, round_id, row)
-                stmt = self._insert(ObservedD).values(
-                    agent=agent, round_id=round_id, created_at=utcnow(), **row)
-                inserted += self._written(session, stmt.on_conflict_do_nothing(
-                    index_elements=["agent", "round_id", "query_id", "rollout", "attempt"]))
-        return inserted
-
-    @staticmethod
-    def _completed_attempt(session, round_id: str, row: dict) -> int:
-        attempt = session.scalar(select(Rollout.completed_attempt).where(
-            Rollout.round_id == round_id, Rollout.query_id == row["query_id"],
-            Rollout.rollout == row["rollout"]))
-        if attempt is None:
-            raise ValueError(
-                f"d_k of rollout ({round_id!r}, {row['query_id']!r}, {row['rollout']}) has "
-                "attempt=None, which means 'the completing attempt', but that rollout is not "
-                "completed; pass DCount(attempt=...) with the attempt that played it")
-        return attempt
-
-    def d_counts(self, agent: str, last_n: int | None = None,
-                 run_id: str | None = None) -> list[int]:
-        """Observed d_k of ``agent``, completing attempts only, newest first; ``last_n``
-        keeps the newest n observations; ``run_id`` keeps that run's rounds only.
-
-        Input of ``d: auto`` (the 99th percentile of observed d_k), which reads
-        one run's history (a shared store holds other runs' too).
-        """
-        stmt = (select(ObservedD.d).join(Rollout, _completing(ObservedD))
-                .where(ObservedD.agent == agent).order_by(ObservedD.id.desc()))
-        if run_id is not None:
-            stmt = stmt.join(RoundRow, RoundRow.round_id == ObservedD.round_id).where(
-                RoundRow.run_id == run_id)
-        if last_n is not None:
-            stmt = stmt.limit(last_n)
-        with self._tx() as session:
-            return list(session.scalars(stmt))
-
-    def recorded_invocations(self, agent: str, keys: Iterable[tuple[str, str, int, int]]
-                             ) -> dict[tuple[str, str, int, int], list[int] | None]:
-        """Of (round_id, query_id, rollout, attempt) ``keys``: those whose rollout is completed
-        by that attempt and has ``agent``'s d_k row, each with the invocation numbers that row
-        records as answered (None: the count only). Other keys are absent (a rollout not
-        completed yet, another attempt's). One query."""
-        keys = set(keys)
-        if not keys:
-            return {}
-        stmt = (select(ObservedD.round_id, ObservedD.query_id, ObservedD.rollout,
-                       ObservedD.attempt, ObservedD.invocations)
-                .join(Rollout, _completing(ObservedD))
-                .where(ObservedD.agent == agent,
-                       ObservedD.round_id.in_({k[0] for k in keys}),
-                       ObservedD.query_id.in_({k[1] for k in keys})))
-        with self._tx() as session:
-            rows = session.execute(stmt).all()
-        return {key: invocations for *rest, invocations in rows
-                if (key := tuple(rest)) in keys}
-
-    def observed_d(self, round_id: str, agent: str) -> list[DCount]:
-        """d_k of ``agent`` in one round, one per COMPLETED rollout (its completing attempt),
-        ordered by (query_id, rollout): how many trajectories a sub-agent trainer waits for."""
-        stmt = (select(ObservedD).join(Rollout, _completing(ObservedD))
-                .where(ObservedD.round_id == round_id, ObservedD.agent == agent)
-                .order_by(ObservedD.query_id, ObservedD.rollout))
-        with self._tx() as session:
-            return [DCount.model_validate(row) for row in session.scalars(stmt)]
