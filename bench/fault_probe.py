@@ -61,23 +61,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 
 import yaml  # noqa: E402
+from fault_probe_report import MODELS, problems, table  # noqa: E402
+from report import load_avg  # noqa: E402
 from round_harness import make_config  # noqa: E402
 from round_services import delete_queues, start_services  # noqa: E402
 
 from mgrpo.services.launcher import ServiceProcesses, free_port  # noqa: E402
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "fault_probe.json"
-MODELS = ("planner", "searcher", "coder")
 TOKEN = "probe-token"
 POISON = '{"kind":' + "[" * 100_000 + "]" * 100_000 + "}"
 ROUND_TIMEOUT_S = 180.0
 SCENARIOS = ("poison", "hostile_trajectory", "concurrent_starts", "unpublished_round",
              "broker_restart")
-
-
-def load() -> list[float]:
-    """The load averages (1, 5, 15 min) from ``/proc/loadavg``."""
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def machine() -> dict:
@@ -395,68 +391,6 @@ def broker_restart(probe: Probe, max_down_s: float = 20.0) -> dict:
 
 # --- the run -------------------------------------------------------------------------------
 
-def problems(name: str, row: dict) -> list[str]:
-    """What makes the probe fail: loss, duplication, an unfinished round, a hostile
-    message without a dead letter, a dead process."""
-    out = []
-    if "error" in row:
-        return [f"{name}: {row['error']}"]
-    if row.get("status") != "done":
-        out.append(f"{name}: round {row.get('status')}")
-    for model, want in row.get("expected", {}).items():
-        got = row["trained"][model]
-        if (got or 0) != want:  # no metric at all: 0 trained
-            out.append(f"{name}: {model} trained {got}, expected {want}")
-        if row["duplicates"][model]:
-            out.append(f"{name}: {model} {row['duplicates'][model]} stored duplicates")
-    for what, count in row.get("hostile_dead_lettered", {}).items():
-        if count != 1:
-            out.append(f"{name}: {what}: {count} dead letters")
-    if row.get("rounds_created", 1) != 1:
-        out.append(f"{name}: {row['rounds_created']} rounds created")
-    if row.get("died"):
-        out.append(f"{name}: processes died: {row['died']}")
-    if row.get("same_checkpoint_version") is False:
-        out.append(f"{name}: checkpoint versions differ: {row['checkpoint_versions']}")
-    return out
-
-
-def table(rows: dict) -> str:
-    """The markdown table of docs/services.md's "Fault probe"."""
-    lines = ["| scenario | round | rollouts | s to done | trained (planner/searcher/coder)"
-             " vs expected | dead letters | hostile dead-lettered | other |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, row in rows.items():
-        if "error" in row:
-            lines.append(f"| {name} | error | | | | | | {row['error'][:120]} |")
-            continue
-        trained = "/".join(str(row.get("trained", {}).get(m)) for m in MODELS)
-        expected = "/".join(str(row.get("expected", {}).get(m)) for m in MODELS)
-        hostile = row.get("hostile_dead_lettered", {})
-        other = []
-        if name == "concurrent_starts":
-            other.append(f"201: {row['status_201']}, 409: {row['status_409']}, other: "
-                         f"{row['other_statuses'] or 'none'}, rounds created: "
-                         f"{row['rounds_created']}")
-        if name == "unpublished_round":
-            other.append(f"published by the sweep after {row['seconds_to_published']} s")
-        if name == "broker_restart":
-            other.append(f"broker down {row.get('broker_down_s')} s, "
-                         f"{row.get('workers_503')}/{len(row.get('healthz_before_start_app', {}))}"
-                         f" workers 503, {row.get('completed_when_broker_down')} rollouts done"
-                         " when it went down")
-        if "checkpoint_versions" in row:
-            versions = sorted(set(row["checkpoint_versions"].values()), key=str)
-            other.append(f"checkpoint versions {versions}")
-        other.append(f"died: {row.get('died') or 'none'}")
-        lines.append(
-            f"| {name} | {row.get('status')} | {row.get('completed')}/{row.get('total')} | "
-            f"{row.get('seconds_to_done')} | {trained} vs {expected} | "
-            f"{len(row.get('dead_letters', []))} | "
-            f"{sum(v == 1 for v in hostile.values())}/{len(hostile)} | {'; '.join(other)} |")
-    return "\n".join(lines)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(RESULT_FILE))
@@ -473,7 +407,7 @@ def main() -> int:
     from mgrpo.experiments.tiny_assets import prepare_cached
     from mgrpo.store.admin import temporary_database
 
-    began, load_before = time.monotonic(), load()
+    began, load_before = time.monotonic(), load_avg()
     paths = prepare_cached(args.sft_steps)
     rows: dict[str, dict] = {}
     startup_s = float("nan")
@@ -486,7 +420,7 @@ def main() -> int:
                 if name in args.skip:
                     continue
                 dead_before = set(probe.procs.dead())
-                load_at = load()
+                load_at = load_avg()
                 try:
                     rows[name] = globals()[name](probe)
                 except Exception as error:  # noqa: BLE001 - recorded, the next one runs
@@ -501,7 +435,7 @@ def main() -> int:
               "wall_s": round(time.monotonic() - began, 1), "skipped": args.skip,
               "size": {"queries_per_round": 3, "k": 2, "sft_steps": args.sft_steps},
               "machine": machine(), "load_avg_before": load_before,
-              "load_avg_after": load()}
+              "load_avg_after": load_avg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
     print(table(rows))

@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 # Imported or started by the scripts (not run on their own): covered through them.
-HELPERS = {"rank_timing.py": "trainer_ranks.py", "report.py": "team_round.py, round_scaling.py",
+HELPERS = {"fault_probe_report.py": "fault_probe.py", "rank_timing.py": "trainer_ranks.py",
+           "report.py": "team_round.py, round_scaling.py, fault_probe.py",
            "round_harness.py": "round.py", "round_repeats.py": "round.py",
            "round_services.py": "round.py, async_round.py --distributed",
            "trl_step.py": "grpo_step.py (with .venv-trl)"}
