@@ -75,36 +75,35 @@ from mgrpo.training.system import build_tools, role_cards
 log = logging.getLogger(__name__)
 
 
-def answered_calls(trace: list[dict], role: str) -> int:
-    """d_k of ``role`` in one episode: delegations a sub-agent answered (each answer means
-    one trajectory was sent to that sub-agent's trainer; failures carry ``error``), at every
-    depth of a nested hierarchy (a delegating sub-agent's ``steps`` hold its own calls'
-    traces under ``calls``)."""
-    count = 0
+def _answers(trace: list[dict], role: str) -> list[int | None]:
+    """The invocation number (None where the answer does not carry one) of each delegation a
+    sub-agent of ``role`` answered (failures carry ``error``), in trace order, at every depth
+    of a nested hierarchy (a delegating sub-agent's ``steps`` hold its own calls' traces
+    under ``calls``)."""
+    found: list[int | None] = []
     for event in trace:
         if event.get("agent") == role and "format_ok" in event and "error" not in event:
-            count += 1
+            invocation = event.get("invocation")
+            found.append(invocation if isinstance(invocation, int) else None)
         for step in event.get("steps", ()):
-            count += answered_calls(step.get("calls", ()), role)
-    return count
+            found += _answers(step.get("calls", ()), role)
+    return found
+
+
+def answered_calls(trace: list[dict], role: str) -> int:
+    """d_k of ``role`` in one episode: the delegations a sub-agent answered (each answer
+    means one trajectory was sent to that sub-agent's trainer)."""
+    return len(_answers(trace, role))
 
 
 def answered_invocations(trace: list[dict], role: str) -> list[int] | None:
     """The invocation numbers of the calls :func:`answered_calls` counts, in trace order;
     None when an answer does not carry its number or two share one (then only the count is
     recorded, and its trainer trains what the count admits)."""
-    found: list[int] = []
-    for event in trace:
-        if event.get("agent") == role and "format_ok" in event and "error" not in event:
-            if not isinstance(event.get("invocation"), int):
-                return None
-            found.append(event["invocation"])
-        for step in event.get("steps", ()):
-            nested = answered_invocations(step.get("calls", ()), role)
-            if nested is None:
-                return None
-            found += nested
-    return found if len(set(found)) == len(found) else None
+    found = _answers(trace, role)
+    if None in found or len(set(found)) != len(found):
+        return None
+    return found
 
 
 @dataclass
