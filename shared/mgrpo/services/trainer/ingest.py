@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mgrpo.bus.messages import RoundCommand, TrajectoryMessage
+from mgrpo.services.trainer.readiness import unrecorded
 from mgrpo.store.training import check_trajectory
 
 INGEST_BATCH = 256  # prefetch window: trajectories ingested per store transaction at most
@@ -79,10 +80,7 @@ class TrajectoryIngest:
                 t = trajs[j]
                 answered = recorded.get((t.round_id, t.query_id, t.rollout, t.attempt))
                 if answered is not None and t.invocation not in answered:
-                    refused[j] = (f"trajectory {t.traj_id!r} (attempt {t.attempt}): call "
-                                  f"{t.invocation} of {t.agent} in ({t.query_id!r}, rollout "
-                                  f"{t.rollout}) is not one the planner recorded as answered "
-                                  f"({sorted(answered)}); it would never be trained")
+                    refused[j] = unrecorded(t, answered)
         return refused
 
     def _accept(self, message):

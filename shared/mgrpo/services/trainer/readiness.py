@@ -48,11 +48,16 @@ def recorded_only(trajs: list, roles_counts: dict[str, list]) -> tuple[list, lis
         if answered is None or t.invocation in answered:
             kept.append(t)
             continue
-        dropped.append((t, f"trajectory {t.traj_id!r} (attempt {t.attempt}): call "
-                           f"{t.invocation} of {t.agent} in ({t.query_id!r}, rollout "
-                           f"{t.rollout}) is not one the planner recorded as answered "
-                           f"({sorted(answered)}); not trained"))
+        dropped.append((t, unrecorded(t, answered)))
     return kept, dropped
+
+
+def unrecorded(t, answered) -> str:
+    """Why trajectory ``t`` is not trained: its call is not among ``answered``, the
+    invocation numbers its rollout's completing attempt recorded."""
+    return (f"trajectory {t.traj_id!r} (attempt {t.attempt}): call {t.invocation} of "
+            f"{t.agent} in ({t.query_id!r}, rollout {t.rollout}) is not one the planner "
+            f"recorded as answered ({sorted(answered)}); it would never be trained")
 
 
 def round_ready(store, round_id: str, model: str, roles: list[str],
