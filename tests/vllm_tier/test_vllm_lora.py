@@ -118,7 +118,7 @@ def test_embedded_rounds_sample_with_vllm_and_push_the_adapter(vllm, tiny_dir, t
     from mgrpo.models.checkpoint import read_checkpoint_dir, version_uri
     from mgrpo.store import Store
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.loop import run_dirs, run_round
+    from mgrpo.training.loop import checkpoint_root, run_round
     from mgrpo.training.system import build_system
 
     entities = {"city": 12, "person": 16, "company": 8}
@@ -143,7 +143,7 @@ def test_embedded_rounds_sample_with_vllm_and_push_the_adapter(vllm, tiny_dir, t
     store.create_run("vl", "vl", cfg.model_dump(mode="json"))
     pool = system.bench.questions("train", stage=1)
     first = run_round(system, store, "vl", 0, pool)
-    root, _ = run_dirs(cfg)
+    root = checkpoint_root(cfg)
     state, manifest = read_checkpoint_dir(version_uri(root, "planner", 1))
     assert manifest["kind"] == "lora" and all(".lora_" in k for k in state)
     assert engine.version == 1 and engine.lora_ids[-1] is not None  # the adapter was pushed

@@ -180,7 +180,7 @@ def swapped_eval(run_cfg, roles: list[str], test_out: Path) -> dict | None:
     greedily on the held-out tasks; None when one model plays both roles."""
     # on use: keeps torch, sqlalchemy out of this module's import
     from mgrpo.training.config import RunConfig
-    from mgrpo.training.run_state import run_dirs
+    from mgrpo.training.run_state import checkpoint_root
     from mgrpo.training.team_round import build_team_system, evaluate_team_tasks, write_task_scores
 
     flow = run_cfg.workflow
@@ -188,7 +188,7 @@ def swapped_eval(run_cfg, roles: list[str], test_out: Path) -> dict | None:
     if flow.roles[a] == flow.roles[b]:
         return None
     rounds = sum(s.rounds for s in run_cfg.stages)
-    root = run_dirs(run_cfg)[0]
+    root = checkpoint_root(run_cfg)
     data = run_cfg.model_dump(mode="json")
     models = {}  # renamed: a model named like one role may not play another
     for name, model in data["models"].items():

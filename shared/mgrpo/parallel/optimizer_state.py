@@ -1,5 +1,7 @@
 """A trainer's optimizer state (Adam moments and step counts) kept next to each checkpoint, so
-a restarted trainer continues exactly where the killed one stopped.
+a restarted trainer continues exactly where the killed one stopped. The one format of a single
+process's optimizer state: the trainer service's (``services.trainer.weights``) and the
+embedded loop's (``training.run_state``).
 
 Layout: the version directory ``{root}/{model}/v{version:06d}/`` (``mgrpo.models.checkpoint``)
 gets a sibling file ``{root}/{model}/v{version:06d}.optimizer.pt`` (``torch.save`` of

@@ -60,9 +60,9 @@ def load_trained(system) -> dict[str, int]:
     ``name``) into the model in place; returns {model: version}. Models the run never
     checkpointed (frozen ones) keep their ``path`` weights; no checkpoint at all is an error."""
     # on use: keeps torch out of this module's import
-    from mgrpo.training.run_state import run_dirs, sync_sampler
+    from mgrpo.training.run_state import checkpoint_root, sync_sampler
 
-    root, _ = run_dirs(system.cfg)
+    root = checkpoint_root(system.cfg)
     loaded = {}
     for lm in system.models.values():
         version = latest_version(root, lm.name)

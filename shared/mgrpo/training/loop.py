@@ -40,8 +40,8 @@ from mgrpo.training.run_lock import own_run_folder
 from mgrpo.training.run_rounds import RunResult
 from mgrpo.training.run_state import (  # noqa: F401 - re-exported
     STATE_FILE,
+    checkpoint_root,
     clean_uncommitted,
-    run_dirs,
     save_state,
     start_weights,
     sync_sampler,

@@ -109,9 +109,9 @@ def reference_for(lm, model_cfg: ModelConfig, loss_cfg: LossConfig,
 
 KL_COEF_KEY = "kl_coef"
 """The optimizer param-group key that holds a model's current KL-in-reward coefficient, so it
-is saved and restored with the optimizer state in every mode (embedded ``optim/``, the
-trainer's ``.optimizer.pt``, a ranks trainer's DCP folder) and a fresh optimizer (a new run)
-starts again from ``loss.kl_coef``."""
+is saved and restored with the optimizer state in every mode (a single process's
+``.optimizer.pt``, embedded or in the trainer service; a ranks trainer's DCP folder) and a
+fresh optimizer (a new run) starts again from ``loss.kl_coef``."""
 
 
 def current_kl_coef(lm, loss) -> float:

@@ -1,24 +1,29 @@
-"""A run's persistent state in embedded mode: its checkpoint and optimizer folders, the
+"""A run's persistent state in embedded mode: its checkpoints with their optimizer state, the
 state file (the commit point) and what a resume or a fresh start does with them.
 
-Checkpoints go under ``out_dir/checkpoints/<name>/`` and optimizer state under
-``out_dir/optim/<name>/`` (:func:`run_dirs`), so a run never writes another's versions, even
-in a shared ``out_dir``. After each round the weights, optimizer moments and the state file
-naming the run are written (:func:`save_state`), the state file last and atomically. A run
-starts from each model's ``path``, or from another run's checkpoint when ``init_from`` names
-it. At start, what a killed run left uncommitted (temp folders, versions after the state
-file's) is removed; versions are written once, so a fresh run over existing versions of the
-same name is refused (:func:`start_weights`).
+Checkpoints go under ``out_dir/checkpoints/<name>/`` (:func:`checkpoint_root`), so a run never
+writes another's versions, even in a shared ``out_dir``. Each version's optimizer state
+(Adam moments, step counts, the KL coefficient) is the trainer service's format,
+:mod:`mgrpo.parallel.optimizer_state`: ``v<version>.optimizer.pt`` beside the version folder,
+its sha256 and size in the version's manifest, checked on load (a mismatch is refused in one
+line). After each round the optimizer state, the weights and the state file naming the run
+are written (:func:`save_state`), the state file last and atomically (:mod:`mgrpo.atomic`);
+``keep_checkpoints`` prunes a version's folder and optimizer file together. A run starts from
+each model's ``path``, or from another run's checkpoint when ``init_from`` names it. At
+start, what a killed run left uncommitted (temp folders and files, versions and optimizer
+files after the state file's) is removed; versions are written once, so a fresh run over
+existing versions of the same name is refused (:func:`start_weights`).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 from pathlib import Path
 
 import torch
 
+from mgrpo.atomic import write_text_atomic
 from mgrpo.models.checkpoint import (
     clean_leftovers,
     discard_version,
@@ -31,48 +36,56 @@ from mgrpo.models.checkpoint import (
     version_uri,
 )
 from mgrpo.models.lora import is_lora_model
+from mgrpo.parallel.optimizer_state import (
+    SUFFIX,
+    OptimizerStateError,
+    discard_optimizer_state,
+    load_optimizer_state,
+    save_optimizer_state,
+)
 from mgrpo.training.config import RunConfig
 from mgrpo.training.system import System, out_path
 
 STATE_FILE = "state.json"
+_OPTIMIZER_FILE = re.compile(r"^v(\d{6})" + re.escape(SUFFIX) + "$")
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
-def run_dirs(cfg: RunConfig, run_id: str | None = None,
-             out_dir: str | None = None) -> tuple[str, Path]:
-    """(checkpoint root, optimizer folder) of run ``run_id`` (default: ``cfg.name``) in
-    ``out_dir`` (default: ``cfg.out_dir``)."""
+def checkpoint_root(cfg: RunConfig, run_id: str | None = None,
+                    out_dir: str | None = None) -> str:
+    """The checkpoint root of run ``run_id`` (default: ``cfg.name``) in ``out_dir`` (default:
+    ``cfg.out_dir``): its versions and their optimizer files."""
     run_id, out_dir = run_id or cfg.name, out_dir or cfg.out_dir
-    root = run_root(str(Path(out_dir) / "checkpoints"), run_id)
-    return root, Path(out_dir) / "optim" / run_id
+    return run_root(str(Path(out_dir) / "checkpoints"), run_id)
 
 
 def save_state(system: System, round_index: int) -> None:
-    ckpt_root, optim_dir = run_dirs(system.cfg)
-    optim_dir.mkdir(parents=True, exist_ok=True)
+    """Write round ``round_index``'s version of every trained model (optimizer state, then
+    the weights whose manifest vouches for it), then the state file; then prune."""
+    ckpt_root, version = checkpoint_root(system.cfg), round_index + 1
     for lm in system.models.values():
         if lm.optimizer is None:
             continue
-        uri = save_checkpoint(lm.model, ckpt_root, lm.name, round_index + 1,
-                              tokenizer=lm.tokenizer,
-                              extra={"round": round_index, "run_id": system.cfg.name})
-        # Versioned like the weights: the state file may still name the previous round.
-        optim = optim_dir / f"{lm.name}-v{round_index + 1}.pt"
-        torch.save(lm.optimizer.state_dict(), optim.with_suffix(".tmp"))
-        os.replace(optim.with_suffix(".tmp"), optim)
-        lm.version = round_index + 1
+        uri = version_uri(ckpt_root, lm.name, version)
+        extra = {"round": round_index, "run_id": system.cfg.name,
+                 "optimizer": save_optimizer_state(lm.optimizer, uri)}
+        try:
+            uri = save_checkpoint(lm.model, ckpt_root, lm.name, version,
+                                  tokenizer=lm.tokenizer, extra=extra)
+        except BaseException:
+            discard_optimizer_state(uri)
+            raise
+        lm.version = version
         sync_sampler(lm, uri)
     write_json_atomic(out_path(system.cfg, STATE_FILE),
-                       {"completed_rounds": round_index + 1, "run_id": system.cfg.name})
-    for lm in system.models.values():  # only the state file's version is needed now
-        (optim_dir / f"{lm.name}-v{round_index}.pt").unlink(missing_ok=True)
+                      {"completed_rounds": version, "run_id": system.cfg.name})
+    for lm in system.models.values():
         if lm.optimizer is not None:
-            prune_versions(ckpt_root, lm.name, keep=system.cfg.keep_checkpoints)
+            for old in prune_versions(ckpt_root, lm.name, keep=system.cfg.keep_checkpoints):
+                discard_optimizer_state(version_uri(ckpt_root, lm.name, old))
 
 
 def sync_sampler(lm, uri: str) -> None:
@@ -105,22 +118,21 @@ def clean_uncommitted(cfg: RunConfig, models: list[str]) -> list[str]:
     file is this run's) versions and optimizer files after the state file's. Returns what
     was removed."""
     done = _committed_rounds(cfg)
-    ckpt_root, optim_dir = run_dirs(cfg)
+    ckpt_root = checkpoint_root(cfg)
     removed = []
     for name in models:
         removed += [f"{name}/{leaf}" for leaf in clean_leftovers(ckpt_root, name)]
+        if done is None:
+            continue
         for version in list_versions(ckpt_root, name):
-            if done is not None and version > done \
-                    and discard_version(ckpt_root, name, version):
+            if version > done and discard_version(ckpt_root, name, version):
                 removed.append(f"{name}/v{version:06d}")
-    if optim_dir.exists():
-        for path in optim_dir.iterdir():
-            stem = path.name.removesuffix(".pt").removesuffix(".tmp")
-            version = stem.rsplit("-v", 1)[-1]
-            if path.suffix == ".tmp" or (done is not None and version.isdigit()
-                                         and int(version) > done):
+        folder = Path(ckpt_root) / name
+        for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+            match = _OPTIMIZER_FILE.match(path.name)
+            if match and int(match.group(1)) > done:
                 path.unlink()
-                removed.append(f"optim/{path.name}")
+                removed.append(f"{name}/{path.name}")
     return removed
 
 
@@ -132,14 +144,14 @@ def start_weights(system: System, resume: bool) -> int:
     clean_uncommitted(cfg, trained)
     if resume:
         return _restore_state(system)
-    ckpt_root, _ = run_dirs(cfg)
+    ckpt_root = checkpoint_root(cfg)
     taken = [name for name in trained if list_versions(ckpt_root, name)]
     if taken:
         raise FileExistsError(
             f"run {cfg.name!r} already has checkpoints of {taken} in {cfg.out_dir}; versions "
             "are written once: resume it (--resume), or pick another name or out_dir")
     if cfg.init_from is not None:
-        source_root, _ = run_dirs(cfg, cfg.init_from.run_id, cfg.init_from.out_dir)
+        source_root = checkpoint_root(cfg, cfg.init_from.run_id, cfg.init_from.out_dir)
         for lm in system.models.values():
             version = cfg.init_from.version or latest_version(source_root, lm.name)
             if version is None:
@@ -162,12 +174,16 @@ def _restore_state(system: System) -> int:
             f"{system.cfg.name!r} can be resumed only while it is the out_dir's last run")
     if done == 0:
         return 0
-    ckpt_root, optim_dir = run_dirs(system.cfg)
+    ckpt_root = checkpoint_root(system.cfg)
     for lm in system.models.values():
         if lm.optimizer is None:
             continue
+        uri = version_uri(ckpt_root, lm.name, done)
         load_checkpoint(ckpt_root, lm.name, version=done, model=lm.model)
-        lm.optimizer.load_state_dict(torch.load(optim_dir / f"{lm.name}-v{done}.pt"))
+        if not load_optimizer_state(lm.optimizer, uri):  # sha256 and size checked there
+            raise OptimizerStateError(
+                f"{uri} names no optimizer state; run {system.cfg.name!r} cannot resume "
+                "with its Adam moments: start a new run from it (init_from)")
         lm.version = done
-        sync_sampler(lm, version_uri(ckpt_root, lm.name, done))
+        sync_sampler(lm, uri)
     return done

@@ -57,21 +57,22 @@ def test_lora_block_is_validated(tmp_path, tiny_dir, bench_dir):
 
 def test_embedded_rounds_train_only_the_adapter_and_resume(tmp_path, tiny_dir, bench_dir):
     from mgrpo.models.checkpoint import load_checkpoint, read_checkpoint_dir, version_uri
-    from mgrpo.training.loop import run_dirs
+    from mgrpo.parallel.optimizer_state import optimizer_state_uri
+    from mgrpo.training.loop import checkpoint_root
 
     cfg = _lora_cfg(tmp_path, tiny_dir, bench_dir, loss={"kl_coef": 0.1})
     first = run_training(cfg, progress=False, stop_after=1)
     assert first.rounds == 1
     resumed = run_training(cfg, resume=True, progress=False)
     assert resumed.rounds == 2
-    root, optim = run_dirs(cfg)
+    root = checkpoint_root(cfg)
     state, manifest = read_checkpoint_dir(version_uri(root, "planner", 2))
     assert manifest["kind"] == "lora"
     assert set(manifest["files"]) >= {"adapter_model.safetensors", "adapter_config.json"}
     assert state and all("lora_A" in k or "lora_B" in k for k in state)
     # 2 layers x (q, v) x (A, B) = 8 tensors, the only ones in the optimizer state too
     assert len(state) == 8
-    assert len(torch.load(optim / "planner-v2.pt")["state"]) == 8
+    assert len(torch.load(optimizer_state_uri(version_uri(root, "planner", 2)))["state"]) == 8
     lora_bytes = manifest["files"]["adapter_model.safetensors"]["size"]
     _, full = read_checkpoint_dir(version_uri(root, "searcher", 2))
     assert full["kind"] == "full"

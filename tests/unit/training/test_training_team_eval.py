@@ -118,7 +118,7 @@ def test_the_scripted_expert_solves_every_task(tmp_path, tiny_dir, monkeypatch, 
 def test_checkpoints_and_refused_options(tmp_path, tiny_dir):
     from mgrpo.models import load_model
     from mgrpo.models.checkpoint import save_checkpoint
-    from mgrpo.training.run_state import run_dirs
+    from mgrpo.training.run_state import checkpoint_root
 
     config = _config(tmp_path, tiny_dir, "math_team", max_turns=1)
     runner = CliRunner()
@@ -126,7 +126,7 @@ def test_checkpoints_and_refused_options(tmp_path, tiny_dir):
     assert none.exit_code == 1 and "no checkpoints" in none.output
     cfg = RunConfig.model_validate(yaml.safe_load(Path(config).read_text()))
     net, tokenizer = load_model(str(tiny_dir), device="cpu")
-    save_checkpoint(net, run_dirs(cfg)[0], "a", 3, tokenizer=tokenizer)
+    save_checkpoint(net, checkpoint_root(cfg), "a", 3, tokenizer=tokenizer)
     out = _eval("--config", config, "--n", "1", "--checkpoints")
     assert out["weights"] == {"a": "t v3"}  # b never checkpointed: its path's weights
     for option, value in (("--bench-seed", "2"), ("--subagent", "coder"), ("--stage", "1"),
