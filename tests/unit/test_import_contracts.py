@@ -40,6 +40,9 @@ ABOVE = {
     "mgrpo.workflows": ("mgrpo.training", "mgrpo.experiments", "mgrpo.services", "mgrpo.cli",
                         "mgrpo.dashboard"),
     "mgrpo.experiments": ("mgrpo.services", "mgrpo.cli", "mgrpo.dashboard"),
+    # the dashboard's data and run folder < the API that serves them < the CLI that composes
+    # `mgrpo ui`'s app
+    "mgrpo.dashboard": ("mgrpo.services", "mgrpo.experiments", "mgrpo.cli"),
     "mgrpo.services": ("mgrpo.experiments", "mgrpo.cli"),
     # the HTTP plumbing of every app < the sandbox service < the services that call it
     "mgrpo.web": ("mgrpo.sandbox", "mgrpo.services", "mgrpo.dashboard", "mgrpo.training",

@@ -1,2 +1,3 @@
 """The training dashboard: data assembly for ``/ui`` (``data``, ``trace``), the page itself
-(``page``) and the embedded-run server of ``mgrpo ui`` (``embedded``). docs/dashboard.md."""
+(``page``) and an embedded run's folder (``embedded``); the app that serves them is the planner
+API's, composed by its caller (``mgrpo ui``: ``mgrpo.cli.ui``). docs/dashboard.md."""

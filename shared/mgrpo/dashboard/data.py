@@ -25,8 +25,8 @@ from pydantic import ValidationError
 from mgrpo.models.checkpoint import MANIFEST, list_versions, version_uri
 from mgrpo.store.records import TERMINAL_ROUND_STATUSES
 from mgrpo.training.config import RunConfig
-from mgrpo.training.loop import round_id_of
 from mgrpo.training.round_spec import run_config_of
+from mgrpo.training.round_store import round_id_of
 from mgrpo.training.run_lock import live_owner
 from mgrpo.training.watch import RunWatch
 

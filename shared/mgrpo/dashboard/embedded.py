@@ -1,35 +1,43 @@
-"""``mgrpo ui RUN_DIR``: the planner API's dashboard over an embedded run's files.
+"""An embedded run's folder as the dashboard reads it: its stats store and run config.
 
 An embedded run (``mgrpo train``/``mgrpo demo``) leaves ``store.db`` (the SQLite stats store:
 rounds, metrics, group statistics, trajectories, checkpoints) and ``metrics.csv`` (also the
-eval curves) in its ``out_dir``. We open that store and serve the same app as the planner
-service, with no bus: every page and read endpoint works, starting a round does not (the
-page hides the button). Mutating endpoints need a random token generated per process and
-never shown, so the server is read-only.
+eval curves) in its ``out_dir``. :func:`open_run_dir` opens that store and reads the config
+of its last run. The app that serves them is the planner API's, composed by its caller
+(``mgrpo ui``, :func:`mgrpo.cli.ui.ui_app`): this room never builds it.
 
-What this module does NOT do: train, or write to the run's store beyond ``upgrade()``.
+What this module does NOT do: train, serve, or write to the run's store beyond
+``upgrade()``.
 """
 
 from __future__ import annotations
 
-import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
-from mgrpo.config import Settings
-from mgrpo.services.api.app import create_app
-from mgrpo.services.api.deps import ApiState
 from mgrpo.store import Store
 from mgrpo.training.config import RunConfig
 from mgrpo.training.round_spec import RoundSpec
-from mgrpo.web.server import server_options
 
 
 class NotARunDir(ValueError):
-    pass
+    """The folder holds no ``store.db``: not an embedded run's ``out_dir``."""
 
 
-def ui_app(run_dir: Path):
-    """The FastAPI app serving ``/ui`` for the run in ``run_dir``."""
+@dataclass(frozen=True)
+class EmbeddedRun:
+    """An opened run folder: its store (migrated), the store's URL and the last run's
+    config (an empty one when the store holds no run yet)."""
+
+    run_dir: Path
+    database_url: str
+    store: Store
+    cfg: RunConfig
+
+
+def open_run_dir(run_dir: Path) -> EmbeddedRun:
+    """Open the stats store of the embedded run in ``run_dir``; :class:`NotARunDir` when it
+    has none."""
     run_dir = Path(run_dir)
     db = run_dir / "store.db"
     if not db.is_file():
@@ -42,13 +50,4 @@ def ui_app(run_dir: Path):
     runs = store.list_runs()
     stored = RoundSpec.from_stored(runs[-1].config) if runs else None
     cfg = stored.run if stored is not None else RunConfig(models={})
-    settings = Settings(mode="embedded", database_url=url, api_token=secrets.token_hex(16))
-    return create_app(ApiState(settings, cfg, store, bus=None, run_dir=run_dir))
-
-
-def serve_ui(run_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> None:
-    import uvicorn
-
-    app = ui_app(run_dir)
-    print(f"dashboard: http://{host}:{port}/ui  (run {run_dir}; Ctrl-C to stop)", flush=True)
-    uvicorn.run(app, **server_options(host=host, port=port, log_level="warning"))
+    return EmbeddedRun(run_dir, url, store, cfg)

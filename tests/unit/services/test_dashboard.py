@@ -41,7 +41,7 @@ def embedded_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ui_url(embedded_run):
-    from mgrpo.dashboard.embedded import ui_app
+    from mgrpo.cli.ui import ui_app
 
     with running_server(ui_app(embedded_run[0])) as url:
         yield url
@@ -217,7 +217,7 @@ def test_mgrpo_ui_command_serves_the_run(embedded_run, tmp_path):
 def test_embedded_round_in_progress_shows_running(embedded_run, tmp_path):
     """The embedded loop opens a round before sampling it: the dashboard must show it as
     running (it showed ``pending`` until the round was done)."""
-    from mgrpo.dashboard.embedded import ui_app
+    from mgrpo.cli.ui import ui_app
     from mgrpo.envs import load_benchmark
     from mgrpo.store import Store
     from mgrpo.training.loop import open_round
