@@ -6,7 +6,9 @@ model of the project (the YAML run config, the demo and ablation configs, the RE
 bodies) derives from :class:`StrictModel`, so YAML files, ``--set`` overrides and request
 bodies all refuse unknown keys the same way.
 
-:func:`one_line` turns a pydantic ``ValidationError`` into the one line the CLI prints.
+:func:`one_line` turns a pydantic ``ValidationError`` into the one line the CLI prints;
+:func:`unknown_env_vars` names the ``MGRPO_*`` variables no settings class the caller hands it
+reads.
 
 What this module does NOT do: read files or environment variables (``mgrpo.config`` does, and
 its ``Settings`` ignore unknown ``MGRPO_*`` variables on purpose: other settings classes and
@@ -16,6 +18,7 @@ the test harness share that prefix).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -75,18 +78,20 @@ OTHER_ENV_VARS = ("MGRPO_DEBUG", "MGRPO_PROGRESS", "MGRPO_QUIET", "MGRPO_SECRETS
                   "MGRPO_REQUIRE_SERVICES")
 
 
-def unknown_env_vars(environ: dict[str, str]) -> list[str]:
-    """One message per ``MGRPO_*`` variable that no settings class reads (a typo such as
-    ``MGRPO_DATBASE_URL`` would otherwise leave the default in force, silently). Services log
-    these as warnings at start; they are not errors, since the settings classes share the
-    prefix and the test harness adds its own (``MGRPO_TEST_*``)."""
-    # on use: the ground floor imports no settings class at module level
-    from mgrpo.config import Settings
-    from mgrpo.sandbox.service import SandboxServiceSettings
+def env_names(*settings: type[BaseModel]) -> set[str]:
+    """The environment variables the settings classes ``settings`` read: each field's name
+    after its class's ``env_prefix``, upper case."""
+    return {f"{cls.model_config.get('env_prefix', '')}{name}".upper()
+            for cls in settings for name in cls.model_fields}
 
-    known = {f"MGRPO_{name.upper()}" for name in Settings.model_fields}
-    known |= {f"MGRPO_SANDBOX_{name.upper()}" for name in SandboxServiceSettings.model_fields}
-    known |= set(OTHER_ENV_VARS)
+
+def unknown_env_vars(environ: dict[str, str], known: Iterable[str]) -> list[str]:
+    """One message per ``MGRPO_*`` variable of ``environ`` that is neither in ``known`` (the
+    caller's settings classes' names, :func:`env_names`) nor in :data:`OTHER_ENV_VARS` (a
+    typo such as ``MGRPO_DATBASE_URL`` would otherwise leave the default in force, silently).
+    Services log these as warnings at start; they are not errors, since the settings classes
+    share the prefix and the test harness adds its own (``MGRPO_TEST_*``)."""
+    known = set(known) | set(OTHER_ENV_VARS)
     out = []
     for name in sorted(environ):
         if name.startswith("MGRPO_") and name not in known and not name.startswith(

@@ -4,6 +4,8 @@
   container shells call the library, never the reverse), at module level or in a function.
 - ``mgrpo.algo`` is pure math: it imports only ``mgrpo.algo`` itself, torch, numpy, pydantic
   and the standard library.
+- The ground floor (``mgrpo/*.py``) imports no room, only itself, at module level or in a
+  function.
 - The room order: a room never imports the rooms above it (:data:`ABOVE`), at module level
   or in a function (an ``if TYPE_CHECKING:`` block, annotations only, may: the workflow
   spec names the ``RunConfig`` it reads).
@@ -258,6 +260,26 @@ def test_no_room_imports_a_room_above_it():
            for target, line in imports(path, name, module_level=False, type_checking=False)
            if any(in_room(target, upper) for upper in above)]
     assert not bad, "a room imports a room above it (hand the work down instead):\n" + \
+        "\n".join(bad)
+
+
+def ground_floor() -> set[str]:
+    """The ground floor's modules: ``shared/mgrpo/*.py`` (config, errors, validation, ...)."""
+    return {f"mgrpo.{path.stem}" for path in (LIBRARY / "mgrpo").glob("*.py")
+            if path.name != "__init__.py"}
+
+
+def test_the_ground_floor_imports_no_room():
+    """``mgrpo/*.py`` imports only the ground floor, at module level or in a function: e.g.
+    ``validation`` names the ``MGRPO_*`` variables of the settings classes its caller hands
+    it (``services.process``), and imports neither ``mgrpo.sandbox`` nor any other room."""
+    floor = ground_floor()
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+           for name, path in sources().items() if name in floor
+           for target, line in imports(path, name, module_level=False, type_checking=False)
+           if in_room(target, "mgrpo") and target != "mgrpo"
+           and ".".join(target.split(".")[:2]) not in floor]
+    assert not bad, "the ground floor imports a room (pass what it needs in instead):\n" + \
         "\n".join(bad)
 
 

@@ -18,13 +18,19 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from mgrpo.config import Settings
 from mgrpo.logs import setup_logging as setup_log_handlers
+from mgrpo.sandbox.service import SandboxServiceSettings
 from mgrpo.services.health import serve_health
-from mgrpo.validation import unknown_env_vars
+from mgrpo.validation import env_names, unknown_env_vars
+
+SETTINGS_ENV = env_names(Settings, SandboxServiceSettings)
+"""Every ``MGRPO_*`` variable a settings class reads (the services' and the sandbox's)."""
 
 
 def setup_logging(settings: Settings, service: str) -> None:
+    """Log handlers for ``service``, then a warning per ``MGRPO_*`` variable no settings
+    class reads."""
     setup_log_handlers(service, settings.log_level)
-    for message in unknown_env_vars(dict(os.environ)):
+    for message in unknown_env_vars(dict(os.environ), SETTINGS_ENV):
         logging.getLogger(service).warning(message)
 
 

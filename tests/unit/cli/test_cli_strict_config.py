@@ -72,10 +72,11 @@ def test_api_bodies_name_the_nearest_field():
 
 
 def test_misspelt_env_vars_are_named_with_the_nearest_setting():
+    from mgrpo.services.process import SETTINGS_ENV
     from mgrpo.validation import unknown_env_vars
 
     environ = {"MGRPO_DATBASE_URL": "x", "MGRPO_DATABASE_URL": "y", "MGRPO_DEBUG": "1",
                "MGRPO_SANDBOX_MAX_QUEUE": "3", "MGRPO_TEST_BROKER_URL": "z", "PATH": "/bin"}
-    assert unknown_env_vars(environ) == [
+    assert unknown_env_vars(environ, SETTINGS_ENV) == [
         "environment variable MGRPO_DATBASE_URL is not a setting and is ignored (did you "
         "mean MGRPO_DATABASE_URL?)"]
