@@ -1,4 +1,4 @@
-"""The training dashboard (issue 14): ``/ui`` and its read endpoints over a real embedded run.
+"""The training dashboard: ``/ui`` and its read endpoints over a real embedded run.
 
 A real ``run_training`` on tiny models (one round, real gradient steps) leaves ``store.db``
 and ``metrics.csv``; ``mgrpo ui``'s app serves them. The browser test drives headless
