@@ -8,6 +8,8 @@ MERGED into its weights (``merge_and_unload``), must agree within ``TOLERANCE``;
 have moved the logprobs far beyond it (so the check can fail), the version must follow and
 each version must get a new adapter id. A second step (version 2) replaces the first adapter.
 A full-weights checkpoint after that drops the adapter (vLLM serves those weights alone).
+Two agents on one vLLM base (``adapter_engine``): each samples with its own adapter, a new
+version of one leaves the other's alone, and full weights into a shared base are refused.
 Then two embedded training rounds (``run_round``) whose LoRA planner samples with that
 VLLMEngine: the loop pushes each adapter-only checkpoint (``sync_sampler``) and the
 trainer's own rollout-logprob check sees vLLM agree after the push. One more vLLM start-up
@@ -32,7 +34,8 @@ from vllm_process import (
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1500)]
 
 
-VLLM_OPTIONS = {"enable_lora": True, "max_lora_rank": 8}  # the module's vllm fixture
+# the module's vllm fixture: two adapter slots, for two agents on one base
+VLLM_OPTIONS = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 2}
 
 
 def merged(peft_model):
@@ -156,3 +159,49 @@ def test_embedded_rounds_sample_with_vllm_and_push_the_adapter(vllm, tiny_dir, t
     assert stale > 100 * TOLERANCE
     assert pushed < TOLERANCE
     store.close()
+
+
+def test_two_agents_share_one_vllm_base_each_sampling_with_its_own_adapter(vllm, tiny_dir,
+                                                                          tmp_path):
+    from mgrpo.models import load_model
+    from mgrpo.models.checkpoint import save_checkpoint
+    from mgrpo.models.lora import LoraSpec, apply_lora
+
+    base, tok = load_model(tiny_dir)
+    base.eval()
+    root = str(tmp_path / "ckpt")
+    base_uri = save_checkpoint(base, root, "base", 1, tokenizer=tok)
+    assert "error" not in vllm.call(op="load_weights", source=base_uri, version=0)
+    second = vllm.call(op="adapter_engine")["engine"]
+    assert second == 1
+    agents = {}
+    for engine, seed in ((0, 11), (second, 12)):  # two adapters moved apart by their own steps
+        peft_model = apply_lora(copy.deepcopy(base), LoraSpec(r=8, alpha=16))
+        sft_step(peft_model, tok, vllm_sample(vllm, prompts(tok), 1.0, seed=seed))
+        uri = save_checkpoint(peft_model, root, f"agent{engine}", 1, tokenizer=tok)
+        answer = vllm.call(op="load_weights", source=uri, version=1, engine=engine)
+        assert answer["version"] == 1 and answer["lora_id"] is not None, answer
+        agents[engine] = (peft_model, merged(peft_model), answer["lora_id"])
+    assert agents[0][2] != agents[second][2]  # one id sequence for the shared instance
+
+    def check(engine, reference, seed):
+        out = vllm_sample(vllm, prompts(tok), 1.0, seed=seed, engine=engine)
+        return max_abs_diff(out, teacher_forced(reference, tok.pad_token_id, out, 1.0))
+
+    own = {e: check(e, agents[e][1], 500) for e in agents}
+    other = check(second, agents[0][1], 500)  # agent 1's samples under agent 0's adapter
+    print_figure("shared base: max |logp_vllm(own adapter) - logp_torch(merged)|",
+                 f"{max(own.values()):.2e}")
+    print_figure("shared base: the other agent's adapter", f"{other:.2e}")
+    assert max(own.values()) < TOLERANCE and other > 100 * TOLERANCE
+
+    # a new version of agent 0's adapter; agent 1 still samples with its own
+    peft_model = agents[0][0]
+    sft_step(peft_model, tok, vllm_sample(vllm, prompts(tok), 1.0, seed=13))
+    uri = save_checkpoint(peft_model, root, "agent0", 2, tokenizer=tok)
+    assert vllm.call(op="load_weights", source=uri, version=2)["version"] == 2
+    assert check(0, merged(peft_model), 600) < TOLERANCE
+    assert check(second, agents[second][1], 600) < TOLERANCE
+
+    with pytest.raises(RuntimeError, match="shares its vLLM base with other agents"):
+        vllm.call(op="load_weights", source=base_uri, version=3, engine=second)

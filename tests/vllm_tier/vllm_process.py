@@ -176,13 +176,14 @@ def prompts(tok) -> list[list[int]]:
     return [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
 
 
-def vllm_sample(vllm, prompt_ids, temperature: float, seed: int = 0) -> list[dict]:
+def vllm_sample(vllm, prompt_ids, temperature: float, seed: int = 0,
+                engine: int = 0) -> list[dict]:
     """Sample ``NEW_TOKENS`` after each prompt from a :class:`VLLMProcess` (seed + i for the
-    i-th prompt)."""
+    i-th prompt), on its engine ``engine`` (0 the first; others from ``adapter_engine``)."""
     requests = [{"prompt_ids": p, "params": {"temperature": temperature, "seed": seed + i,
                                              "max_new_tokens": NEW_TOKENS}}
                 for i, p in enumerate(prompt_ids)]
-    return vllm.call(op="generate", requests=requests)["completions"]
+    return vllm.call(op="generate", requests=requests, engine=engine)["completions"]
 
 
 def teacher_forced(model, pad_id: int, completions: list[dict], temperature: float):

@@ -8,7 +8,9 @@ Protocol: after start-up one line ``{"ready": true, "version": 0, "load_s": ...}
 request line ``{"op": "generate", "requests": [{"prompt_ids": [...], "params": {...}}]}`` ->
 ``{"completions": [...]}``, ``{"op": "load_weights", "source": URI, "version": N}`` ->
 ``{"version": N, "load_s": ..., "lora_id": the served adapter's id or null}``,
-``{"op": "quit"}``. A failed request answers
+``{"op": "adapter_engine"}`` -> ``{"engine": i}`` (another agent's engine on the same vLLM
+base, ``VLLMEngine.adapter_engine``; ``"engine": i`` in a generate or load_weights line picks
+it, 0 the first), ``{"op": "quit"}``. A failed request answers
 ``{"error": "..."}``. Everything vLLM prints goes to stderr: fd 1 is re-pointed there at start
 so that the protocol stream carries only protocol lines.
 """
@@ -36,11 +38,12 @@ def main() -> None:
     model = sys.argv[1]
     kwargs = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     t0 = time.perf_counter()
-    engine = VLLMEngine(model, **kwargs)
-    reply({"ready": True, "version": engine.version, "load_s": time.perf_counter() - t0})
+    engines = [VLLMEngine(model, **kwargs)]
+    reply({"ready": True, "version": engines[0].version, "load_s": time.perf_counter() - t0})
     for line in sys.stdin:
         command = json.loads(line)
         try:
+            engine = engines[command.get("engine", 0)]
             if command["op"] == "generate":
                 requests = [GenerationRequest(r["prompt_ids"], SamplingParams(**r["params"]))
                             for r in command["requests"]]
@@ -54,6 +57,9 @@ def main() -> None:
                 lora = engine.lora_request
                 reply({"version": engine.version, "load_s": time.perf_counter() - t0,
                        "lora_id": lora.lora_int_id if lora is not None else None})
+            elif command["op"] == "adapter_engine":
+                engines.append(engines[0].adapter_engine())
+                reply({"engine": len(engines) - 1})
             elif command["op"] == "quit":
                 break
             else:

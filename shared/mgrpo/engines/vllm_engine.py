@@ -25,15 +25,22 @@ next ``generate``); every later ``generate`` uses it, and the previous adapter i
 A full-weights load replaces the base weights and drops the adapter. Without
 ``enable_lora`` a LoRA checkpoint is refused with a message that says so.
 
+Several agents on one base (vLLM's multi-LoRA): :meth:`VLLMEngine.adapter_engine` gives
+another agent its own engine over the same ``LLM``, with its own adapter and version; each
+``generate`` names its engine's adapter per request, so one set of base weights in one vLLM
+instance serves every agent. Build the first with ``max_loras`` >= the number of agents, or
+vLLM swaps adapters in and out of its slots (correct, slower). An adapter engine takes LoRA
+checkpoints only: full weights would change the base under the other agents, and are refused.
+
 The ``LLM`` spawns its engine process: build this engine under ``if __name__ ==
 "__main__":`` in a script. What it does NOT do: run without vLLM (importing this module is
-fine; constructing the engine raises an ImportError that says how to install it), serve
-several adapters at once (one current adapter for all requests), multi-GPU set-up beyond
-what ``llm_kwargs`` passes to ``vllm.LLM``.
+fine; constructing the engine raises an ImportError that says how to install it), multi-GPU
+set-up beyond what ``llm_kwargs`` passes to ``vllm.LLM``.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,8 +87,22 @@ class VLLMEngine:
         self.ignore_eos = ignore_eos
         self.lora_enabled = bool(llm_kwargs.get("enable_lora"))
         self.lora_request = None  # the adapter every generate uses; None: the base weights
-        self._lora_ids = 0
+        self._lora_ids = itertools.count(1)  # one sequence for every engine on this LLM
         self._adapters: tempfile.TemporaryDirectory | None = None
+        self.shares_base = False  # an adapter engine over another engine's LLM
+
+    def adapter_engine(self, version: int = 0) -> VLLMEngine:
+        """Another agent's engine on this engine's vLLM instance and base weights: its own
+        adapter (pushed by its ``load_weights``) and version, the base unchanged."""
+        if not self.lora_enabled:
+            raise ValueError("agents share one vLLM base only through LoRA adapters: build "
+                             "the engine with enable_lora=True")
+        other = object.__new__(VLLMEngine)
+        other._vllm, other.llm, other.ignore_eos = self._vllm, self.llm, self.ignore_eos
+        other.lora_enabled, other._lora_ids = True, self._lora_ids
+        other.version, other.lora_request, other._adapters = version, None, None
+        other.shares_base = True
+        return other
 
     def _params(self, request: GenerationRequest):
         p = request.params
@@ -116,6 +137,10 @@ class VLLMEngine:
         full weights or of a LoRA adapter (see the module docstring)."""
         if not isinstance(source, dict) and checkpoint_kind(str(source)) == "lora":
             self._push_adapter(str(source), version)
+        elif self.shares_base:
+            raise ValueError(f"{source} holds full weights, but this engine shares its vLLM "
+                             "base with other agents' adapters: train a LoRA adapter "
+                             "(models.<m>.lora), or give the model its own engine")
         else:
             with tempfile.TemporaryDirectory(prefix="mgrpo-vllm-weights-") as tmp:
                 self._reload(weights_folder(source, tmp))
@@ -135,11 +160,10 @@ class VLLMEngine:
 
         if self._adapters is None:
             self._adapters = tempfile.TemporaryDirectory(prefix="mgrpo-vllm-lora-")
-        self._lora_ids += 1
-        folder = Path(self._adapters.name, f"{self._lora_ids:06d}-v{version}")
+        lora_id = next(self._lora_ids)
+        folder = Path(self._adapters.name, f"{lora_id:06d}-v{version}")
         adapter_folder(source, folder)
-        request = LoRARequest(f"mgrpo-{self._lora_ids}-v{version}", self._lora_ids,
-                              str(folder))
+        request = LoRARequest(f"mgrpo-{lora_id}-v{version}", lora_id, str(folder))
         try:
             self.llm.llm_engine.add_lora(request)  # load now: a bad adapter fails here
         except Exception:
