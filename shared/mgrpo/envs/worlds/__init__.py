@@ -15,10 +15,12 @@ from mgrpo.envs.worlds.base import (
     World,
     WorldState,
     WorldTask,
+    WORLDS,
     build_world,
+    get_world,
     register_world,
     world_names,
 )
 
-__all__ = ["SPLITS", "Turn", "World", "WorldState", "WorldTask", "build_world",
-           "register_world", "world_names"]
+__all__ = ["SPLITS", "WORLDS", "Turn", "World", "WorldState", "WorldTask", "build_world",
+           "get_world", "register_world", "world_names"]
