@@ -11,11 +11,11 @@ from mgrpo.envs.worlds import (  # noqa: F401 - each registers its world
 )
 from mgrpo.envs.worlds.base import (
     SPLITS,
+    WORLDS,
     Turn,
     World,
     WorldState,
     WorldTask,
-    WORLDS,
     build_world,
     get_world,
     register_world,

@@ -23,10 +23,10 @@ from mgrpo.bus.messages import (
 from mgrpo.config import Settings
 from mgrpo.engines.base import Completion, GenerationRequest
 from mgrpo.models import load_tokenizer
+from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.dispatch import BusDispatch, registered_queue, worker_id
-from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.team import train_pool
 from mgrpo.store.records import DCount
 from mgrpo.training.config import RunConfig
