@@ -42,9 +42,9 @@ from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
     agent_engine,
-    build_tool,
     refresh_weights,
     round_spec,
+    tool_for_run,
 )
 from mgrpo.services.dispatch import BusDispatch, new_reply_suffix, registered_queue, worker_id
 from mgrpo.services.tree_calls import play_tree_calls
@@ -77,7 +77,7 @@ class SubagentWorker:
         refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer,
-                                    tool=build_tool(cfg, tool, settings) if tool else None,
+                                    tool=tool_for_run(cfg, tool, settings) if tool else None,
                                     description=description or role_description(
                                         name, cfg.descriptions), turn_format=make_turn_format(
                                         cfg.protocol.format, tokenizer,
