@@ -31,8 +31,8 @@ from mgrpo.envs.judges import (
     LLMExpertJudge,
     RuleVerdicts,
 )
-from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, LLMJudgeVerifier, RuleExpertJudge
-from mgrpo.envs.verifiers import GuardedVerifier, make_verifier
+from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, RuleExpertJudge
+from mgrpo.envs.verifiers import GuardedVerifier, build_verifier
 from mgrpo.models import load_model, load_tokenizer
 from mgrpo.plugins import load_object
 from mgrpo.training.config import JudgeConfig, LLMVerifierConfig, RunConfig
@@ -104,16 +104,17 @@ def refresh_judge_weights(judges: ExpertJudges, cfg: RunConfig, latest) -> list[
     return done
 
 
-def build_verifier(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,
-                   device: str = "cpu") -> GuardedVerifier:
+def verifier_for_run(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,
+                     device: str = "cpu") -> GuardedVerifier:
     """The run's r_correct verifier (``verifier:``), guarded (``mgrpo.envs.verifiers``): the
     same in embedded mode, the planner worker and evaluation jobs. ``llm`` takes its engine
     as an llm judge does (``verifier_llm``: url, an engine loaded here, or the model loaded
     frozen)."""
     if cfg.verifier != "llm":
-        return GuardedVerifier(make_verifier(cfg.verifier), cfg.verifier)
+        return GuardedVerifier(build_verifier(cfg.verifier), cfg.verifier)
     spec = cfg.verifier_llm
     engine, tokenizer = _judge_engine(cfg, spec, engines or {}, device)
-    return GuardedVerifier(LLMJudgeVerifier(engine, spec.prompt or DEFAULT_JUDGE_PROMPT,
-                                            tokenizer=tokenizer,
-                                            max_new_tokens=spec.max_new_tokens), "llm")
+    return GuardedVerifier(build_verifier("llm", engine=engine,
+                                          prompt_path=spec.prompt or DEFAULT_JUDGE_PROMPT,
+                                          tokenizer=tokenizer,
+                                          max_new_tokens=spec.max_new_tokens), "llm")

@@ -31,7 +31,7 @@ from mgrpo.tools import build_configured_tool
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
-from mgrpo.training.judging import build_expert_judges, build_verifier
+from mgrpo.training.judging import build_expert_judges, verifier_for_run
 from mgrpo.training.precision import make_optimizer, prepare_for_training
 from mgrpo.training.subagents import LocalSubagentPool
 from mgrpo.workflows.hierarchy import delegation_tree
@@ -214,7 +214,7 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
     judge = build_expert_judges(cfg, bench, engines, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
-                  verifier=build_verifier(cfg, engines, device=device), judge=judge)
+                  verifier=verifier_for_run(cfg, engines, device=device), judge=judge)
 
 
 def out_path(cfg: RunConfig, *parts: str) -> Path:

@@ -67,7 +67,7 @@ from mgrpo.training.episodes import (
     mix_seed,
     with_protocol,
 )
-from mgrpo.training.judging import build_verifier
+from mgrpo.training.judging import verifier_for_run
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
@@ -169,14 +169,14 @@ class PlannerRuntime:
         return self._tools[key]
 
     def verifier(self, cfg: RunConfig | None = None):
-        """The run's r_correct verifier (``verifier:``, ``training.judging.build_verifier``),
+        """The run's r_correct verifier (``verifier:``, ``training.judging.verifier_for_run``),
         one per distinct setting; an llm verifier on the planner's own model uses its
         engine."""
         cfg = cfg or self.cfg
         key = repr((cfg.verifier, cfg.verifier_llm))
         if key not in self._verifiers:
             engines = {self.runtime.model: (self.runtime.engine, self.runtime.tokenizer)}
-            self._verifiers[key] = build_verifier(cfg, engines, device=self.settings.device)
+            self._verifiers[key] = verifier_for_run(cfg, engines, device=self.settings.device)
         return self._verifiers[key]
 
     def play(self, jobs: list[EpisodeJob], greedy: bool = False,
