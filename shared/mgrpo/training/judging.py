@@ -27,14 +27,13 @@ from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.judges import (
     DEFAULT_EXPERT_PROMPT,
     ExpertJudges,
-    FunctionExpertJudge,
     LLMExpertJudge,
     RuleVerdicts,
+    build_judge,
 )
 from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, RuleExpertJudge
 from mgrpo.envs.verifiers import GuardedVerifier, build_verifier
 from mgrpo.models import load_model, load_tokenizer
-from mgrpo.plugins import load_object
 from mgrpo.training.config import JudgeConfig, LLMVerifierConfig, RunConfig
 
 log = logging.getLogger(__name__)
@@ -71,9 +70,8 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
     for role, judge in cfg.judges.items():
         if roles is not None and role not in roles or judge.kind == "rule":
             continue
-        if judge.kind != "llm":  # an import path, checked when the config was validated
-            by_role[role] = FunctionExpertJudge(load_object(judge.kind, f"judges.{role}.kind"),
-                                                judge.kind)
+        if judge.kind != "llm":  # checked when the config was validated
+            by_role[role] = build_judge(judge.kind)
             continue
         key = (judge.model, judge.url)
         if key not in loaded:
@@ -81,9 +79,10 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
             if not judge.url and judge.model not in (engines or {}):
                 own[judge.model] = loaded[key][0]
         engine, tokenizer = loaded[key]
-        by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
-                                       tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
-                                       max_result_chars=judge.max_result_chars)
+        by_role[role] = build_judge("llm", engine=engine,
+                                    prompt_path=judge.prompt or DEFAULT_EXPERT_PROMPT,
+                                    tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
+                                    max_result_chars=judge.max_result_chars)
     judges = ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
     judges.own_engines = own
     return judges
