@@ -22,7 +22,7 @@ import torch
 from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.models import load_model
 from mgrpo.models.lora import apply_lora
 from mgrpo.models.shared_base import share_frozen_base
@@ -198,9 +198,9 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     # a sub-agent that delegates has no tool unless role_tools names one
     tool_roles = [r for r in cfg.agents if r != "planner" and (not tree[r] or r in cfg.role_tools)]
     tools = build_tools(bench, tool_roles, sandbox, cfg.tools, cfg.role_tools)
-    formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,
-                                      cfg.protocol.tool_call_format,
-                                      cfg.protocol.template_text())
+    formats = {name: build_turn_format(cfg.protocol.format, lm.tokenizer,
+                                       cfg.protocol.tool_call_format,
+                                       cfg.protocol.template_text())
                for name, lm in models.items()}
     runtimes = {}
     for role, model_name in cfg.agents.items():

@@ -46,7 +46,7 @@ from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs.questions import Question
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
@@ -132,7 +132,7 @@ class PlannerRuntime:
                                             lora=cfg.models[model_name].lora)
         refresh_weights(store, engine, model_name, cfg.name, cfg)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
-                               tokenizer=tokenizer, turn_format=make_turn_format(
+                               tokenizer=tokenizer, turn_format=build_turn_format(
                                    cfg.protocol.format, tokenizer,
                                    cfg.protocol.tool_call_format,
                                    cfg.protocol.template_text()))

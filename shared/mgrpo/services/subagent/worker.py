@@ -37,7 +37,7 @@ from dataclasses import replace
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
@@ -79,7 +79,7 @@ class SubagentWorker:
                                     tokenizer=tokenizer,
                                     tool=tool_for_run(cfg, tool, settings) if tool else None,
                                     description=description or role_description(
-                                        name, cfg.descriptions), turn_format=make_turn_format(
+                                        name, cfg.descriptions), turn_format=build_turn_format(
                                         cfg.protocol.format, tokenizer,
                                         cfg.protocol.tool_call_format,
                                         cfg.protocol.template_text()))
