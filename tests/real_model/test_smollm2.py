@@ -18,7 +18,7 @@ import torch
 from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.protocol import DEFAULT_AGENTS
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.models.loading import load_model
 from mgrpo.models.lora import LoraSpec, apply_lora, trainable_parameters
 from mgrpo.models.sft import SFTConfig, train_sft
@@ -42,7 +42,7 @@ def smollm2():
 def test_chat_tool_call_round_trip(smollm2):
     model, tok = smollm2
     assert model.num_parameters() == 134_515_008 and len(tok) == 49_152
-    fmt = make_turn_format("chat_template", tok, "json_list")
+    fmt = build_turn_format("chat_template", tok, "json_list")
     cards = [c for c in DEFAULT_AGENTS if c.name == "searcher"]
     dialogue = fmt.planner("What is the population of Kelstad?", cards)
     prompt = dialogue.start_text()
@@ -71,7 +71,7 @@ def test_one_lora_update_changes_the_adapter_only(smollm2):
     base_model, tok = load_model(FOLDER)
     model = apply_lora(base_model, LoraSpec(r=8, alpha=16))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    fmt = make_turn_format("chat_template", tok, "json_list")
+    fmt = build_turn_format("chat_template", tok, "json_list")
     dialogue = fmt.planner("What is the population of Kelstad?",
                            [c for c in DEFAULT_AGENTS if c.name == "searcher"])
     call = fmt.write_call("searcher", {"task": "population of Kelstad"}) + fmt.end_text

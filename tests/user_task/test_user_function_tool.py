@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from mgrpo.config import Settings
 from mgrpo.engines.base import Completion
 from mgrpo.envs.chat_format import ChatTemplateFormat
-from mgrpo.services.context import build_tool
+from mgrpo.services.context import tool_for_run
 from mgrpo.tools import build_configured_tool
 from mgrpo.training.config import RunConfig, SamplingConfig
 from mgrpo.training.episodes import AgentRuntime, SubagentCall
@@ -61,7 +61,7 @@ def test_the_schema_comes_from_the_signature_and_docstring():
 def test_embedded_and_services_build_the_same_tool():
     cfg = _cfg()
     embedded = build_tools(None, ["calc"], None, cfg.tools, cfg.role_tools)["calc"]
-    served = build_tool(cfg, "calc", Settings())
+    served = tool_for_run(cfg, "calc", Settings())
     assert embedded.schema == served.schema
     assert embedded.schema["function"]["parameters"]["properties"].keys() == {"expression"}
 

@@ -44,7 +44,7 @@ def test_a_user_workflow_and_world_train_from_yaml(team):
 
 @pytest.mark.parametrize("change,message", [
     (("alpha:", "alfa:"), "workflow: unknown key 'alfa' (did you mean 'alpha'?)"),
-    (("acme_pair", "acme_pairs"), "unknown workflow 'acme_pairs'; known: acme_pair, "),
+    (("acme_pair", "acme_pairs"), "unknown workflow 'acme_pairs'; valid: acme_pair, "),
     (("reviewer: acme", "critic: acme"), "workflow.roles ['critic', 'writer'] must name "
      "exactly the roles of world 'acme_spell': ['writer', 'reviewer']"),
 ])

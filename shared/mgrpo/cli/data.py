@@ -140,7 +140,7 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
     if chat_model is not None:
         # on use: tokenizers load only for chat-template demos
         from mgrpo.envs.protocol import DEFAULT_AGENTS, AgentCard
-        from mgrpo.envs.turn_formats import make_turn_format
+        from mgrpo.envs.turn_formats import build_turn_format
         from mgrpo.models.chat_templates import resolve_chat_template
         from mgrpo.models.loading import load_tokenizer
 
@@ -148,10 +148,10 @@ def demos(bench: Path = typer.Option(..., help="benchmark folder (mgrpo data bui
         cards = [known.get(r.strip(), AgentCard(r.strip(), r.strip()))
                  for r in roles.split(",") if r.strip()]
         try:
-            fmt = make_turn_format("chat_template", load_tokenizer(chat_model),
-                                   tool_call_format,
-                                   resolve_chat_template(chat_template) if chat_template
-                                   else None)
+            fmt = build_turn_format("chat_template", load_tokenizer(chat_model),
+                                    tool_call_format,
+                                    resolve_chat_template(chat_template) if chat_template
+                                    else None)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--chat-model") from None
         chat = (fmt, cards)

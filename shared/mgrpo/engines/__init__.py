@@ -7,7 +7,14 @@ for both modes.
 """
 
 from mgrpo.engines.base import Completion, Engine, GenerationRequest, SamplingParams
-from mgrpo.engines.registry import EngineUnavailable, build_engine, engine_kind
+from mgrpo.engines.registry import (
+    EngineUnavailable,
+    build_engine,
+    engine_kind,
+    engine_names,
+    get_engine,
+    register_engine,
+)
 
 __all__ = ["Completion", "Engine", "EngineUnavailable", "GenerationRequest", "SamplingParams",
-           "build_engine", "engine_kind"]
+           "build_engine", "engine_kind", "engine_names", "get_engine", "register_engine"]

@@ -10,11 +10,14 @@ An engine spec is a string (``engines.<role>`` of the run config, ``MGRPO_ENGINE
 - ``package.module:factory``: a user engine, ``factory(model_path, device)`` returning
   ``(model, tokenizer, engine)``.
 
-:func:`engine_kind` names a spec's kind (``torch``, ``vllm``, ``remote``, ``factory``) or
-raises a ``ValueError`` that lists the valid ones; :func:`build_engine` builds it. The
-services build each role's engine with it (``mgrpo.services.context``), embedded mode each
-model's (``mgrpo.training.system.load_models``), and the run config validates its
-``engines:`` with :func:`engine_kind`. ``register_engine`` adds a named kind.
+:func:`engine_kind` names a spec's kind (a registered name such as ``torch`` or ``vllm``,
+``remote``, ``factory``) or raises a ``ValueError`` that lists the valid specs;
+:func:`build_engine` builds it. The services build each role's engine with it
+(``mgrpo.services.context``), embedded mode each model's
+(``mgrpo.training.system.load_models``), and the run config validates its ``engines:`` with
+:func:`engine_kind`. The named kinds are a :class:`~mgrpo.registry.Registry`:
+``register_engine(name, builder)`` (or as a decorator) adds one, ``get_engine`` and
+``engine_names`` look them up; a URL and an import path are spec forms, not names.
 
 A torch engine samples from a torch model that :func:`build_engine` loads (or from the one
 passed as ``model=``: embedded mode's trained model, so a weight update is a version bump).
@@ -34,8 +37,10 @@ from typing import Any, NamedTuple
 
 from mgrpo.models import load_model, load_tokenizer
 from mgrpo.models.lora import apply_lora, reset_adapter
+from mgrpo.registry import Registry
 
 URL_PREFIXES = ("http://", "https://")
+FORM_KINDS = ("remote", "factory")  # the kinds of the spec forms that are not names
 
 
 class EngineUnavailable(RuntimeError):
@@ -53,6 +58,21 @@ class BuiltEngine(NamedTuple):
 
 # builder(spec, path, device, lora, model, tokenizer) -> BuiltEngine
 Builder = Callable[..., BuiltEngine]
+ENGINES: Registry[Builder] = Registry(
+    "engine", hint="an engine of your own: register_engine in a module named under `plugins:`, "
+                   "or the spec 'package.module:factory'")
+get_engine = ENGINES.get
+engine_names = ENGINES.names
+
+
+def register_engine(name: str, builder: Builder | None = None):  # type: ignore[no-untyped-def]
+    """Make ``name`` an engine spec built by ``builder(spec, path, device, lora=, model=,
+    tokenizer=)`` -> :class:`BuiltEngine`; without ``builder``, a decorator that does. A name
+    that reads as a URL or an import path (the other spec forms) is refused."""
+    if ":" in name or name.startswith(URL_PREFIXES) or name in FORM_KINDS:
+        raise ValueError(f"engine {name!r} is not a plain name: an http(s):// URL is a server "
+                         "and 'package.module:factory' a factory")
+    return ENGINES.register(name, builder)
 
 
 def lora_rank_cap(r: int) -> int:
@@ -71,6 +91,7 @@ def _tokenizer(path: str, tokenizer: Any) -> Any:
     return load_tokenizer(path)
 
 
+@register_engine("torch")
 def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
            tokenizer: Any = None) -> BuiltEngine:
     # here, not at the top: an import circle through mgrpo.engines.torch_engine
@@ -86,6 +107,7 @@ def _torch(spec: str, path: str, device: str, lora: Any = None, model: Any = Non
     return BuiltEngine(model, tokenizer, TorchEngine(model, tokenizer, device=device))
 
 
+@register_engine("vllm")
 def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None,
           tokenizer: Any = None) -> BuiltEngine:
     # here, not at the top: an import circle through mgrpo.engines.vllm_engine
@@ -120,29 +142,20 @@ def _factory(spec: str, path: str, device: str, lora: Any = None, model: Any = N
     return BuiltEngine(*built)
 
 
-ENGINES: dict[str, Builder] = {"torch": _torch, "vllm": _vllm, "remote": _remote,
-                               "factory": _factory}
-
-
-def register_engine(name: str, builder: Builder) -> None:
-    """Make ``name`` an engine spec built by ``builder(spec, path, device, lora=, model=,
-    tokenizer=)`` -> :class:`BuiltEngine`."""
-    if name in ENGINES or ":" in name or name.startswith(URL_PREFIXES):
-        raise ValueError(f"engine {name!r}: taken or not a plain name "
-                         f"(have {sorted(ENGINES)})")
-    ENGINES[name] = builder
+_SPEC_FORMS: dict[str, Builder] = {"remote": _remote, "factory": _factory}
 
 
 def valid_specs() -> str:
-    named = ", ".join(sorted(k for k in ENGINES if k not in ("remote", "factory")))
-    return f"{named}, an http(s):// URL (remote) or 'package.module:factory'"
+    """The engine specs this process takes, in words: the registered names and the two
+    spec forms."""
+    return f"{', '.join(engine_names())}, an http(s):// URL (remote) or 'package.module:factory'"
 
 
 def engine_kind(spec: str) -> str:
     """The registry key of ``spec``; a ``ValueError`` listing the valid specs otherwise."""
     if spec.startswith(URL_PREFIXES):
         return "remote"
-    if spec in ENGINES and spec not in ("remote", "factory"):
+    if spec in ENGINES:
         return spec
     module, sep, attr = spec.partition(":")
     if sep and module and attr and all(p.isidentifier() for p in module.split(".")) \
@@ -158,5 +171,6 @@ def build_engine(spec: str, path: str, device: str = "cpu", *, lora: Any = None,
     adapter, vllm is built with ``enable_lora``, a server refuses it. ``model`` (and
     ``tokenizer``): an already loaded torch model (already wrapped, for a LoRA model) for a
     torch engine to sample from; the other kinds do not use it."""
-    return ENGINES[engine_kind(spec)](spec, str(path), device, lora=lora, model=model,
-                                      tokenizer=tokenizer)
+    kind = engine_kind(spec)
+    builder = _SPEC_FORMS.get(kind) or get_engine(kind)
+    return builder(spec, str(path), device, lora=lora, model=model, tokenizer=tokenizer)

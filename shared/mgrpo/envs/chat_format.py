@@ -12,8 +12,10 @@ Every agent context is a conversation rendered by ``tokenizer.apply_chat_templat
   output comes back as a ``tool`` message; a turn without a tool call is the result.
 
 Tool calls are read back and written (the expert demonstrations) in a format of
-:data:`TOOL_CALL_FORMATS` (``hermes``: Qwen2.5, Hermes and others, ``<tool_call>{"name": ...,
-"arguments": {...}}</tool_call>``; ``json_list``: SmolLM2, the same inside a JSON list). The
+:data:`TOOL_CALL_FORMATS` (a :class:`~mgrpo.registry.Registry`: ``register_tool_call_format``,
+``get_tool_call_format``, ``tool_call_format_names``; ``hermes``: Qwen2.5, Hermes and others,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; ``json_list``: SmolLM2, the same
+inside a JSON list). The
 template must show the tools it is given (``tools=``): one that drops them is refused, and
 ``chat_template`` (a built-in name or a Jinja file's text) replaces the tokenizer's own. A turn that
 does not end with the template's end-of-turn token, holds a malformed or unclosed call, more
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo.envs.protocol import AgentCard, PlannerAction, SubagentAction
+from mgrpo.registry import Registry
 
 PROMPTS = Path(__file__).parent / "prompts"
 _SENTINEL = "\x00mgrpo-turn\x00"
@@ -96,12 +99,16 @@ class ToolCallFormat:
     write: Callable[[str, dict], str]
 
 
-# protocol.tool_call_format -> its format. Both read either form; they differ in what the
-# demonstrations write.
-TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
-    "hermes": ToolCallFormat(parse_hermes, write_hermes),
-    "json_list": ToolCallFormat(parse_hermes, write_json_list),
-}
+# protocol.tool_call_format -> its format. Both built-ins read either form; they differ in
+# what the demonstrations write.
+TOOL_CALL_FORMATS: Registry[ToolCallFormat] = Registry(
+    "tool_call_format", hint="a format of your own: register_tool_call_format in a module "
+                             "named under `plugins:`")
+register_tool_call_format = TOOL_CALL_FORMATS.register
+get_tool_call_format = TOOL_CALL_FORMATS.get
+tool_call_format_names = TOOL_CALL_FORMATS.names
+register_tool_call_format("hermes", ToolCallFormat(parse_hermes, write_hermes))
+register_tool_call_format("json_list", ToolCallFormat(parse_hermes, write_json_list))
 
 
 def function_tool(name: str, description: str, arg: str, arg_description: str) -> dict:
@@ -139,12 +146,9 @@ class ChatTemplateFormat:
             raise ValueError("protocol.format: chat_template needs a tokenizer with a chat "
                              f"template; {getattr(tokenizer, 'name_or_path', '') or 'this one'}"
                              " has none (use protocol.format: markup)")
-        if tool_call_format not in TOOL_CALL_FORMATS:
-            raise ValueError(f"protocol.tool_call_format {tool_call_format!r} is unknown; "
-                             f"known: {sorted(TOOL_CALL_FORMATS)}")
+        calls = get_tool_call_format(tool_call_format)
         self.tokenizer, self.tool_call_format = tokenizer, tool_call_format
-        self.parser = TOOL_CALL_FORMATS[tool_call_format].parse
-        self.write_call = TOOL_CALL_FORMATS[tool_call_format].write
+        self.parser, self.write_call = calls.parse, calls.write
         added = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
         self._added = re.compile("|".join(map(re.escape, added))) if added else None
         self.end_text, self.end_id = self._turn_end()

@@ -20,6 +20,11 @@ silently 0.
 - :class:`ExpertJudges`: the run's judges, one per sub-agent role (run config ``judges:``),
   the rule judge for roles not listed.
 
+A judge's ``kind`` is a name of :data:`JUDGES` (a :class:`~mgrpo.registry.Registry`:
+``register_judge``, ``get_judge``, ``judge_names``; built in: ``rule`` and ``llm``; a
+function registered with :func:`register_judge`) or an import path; :func:`build_judge`
+builds one.
+
 What this module does not do: load models or engines (``mgrpo.training.judging`` builds the
 judges from the run config), or weight r_expert into R_S (``mgrpo.algo.rewards``).
 """
@@ -34,6 +39,7 @@ from typing import Any, Literal
 from mgrpo.engines.base import GenerationRequest, SamplingParams
 from mgrpo.envs.rewards import RuleExpertJudge, exact_match
 from mgrpo.plugins import check_call, is_import_path, load_object
+from mgrpo.registry import Registry
 
 DEFAULT_EXPERT_PROMPT = Path(__file__).parent / "prompts" / "llm_expert_judge.txt"
 
@@ -155,13 +161,6 @@ class LLMExpertJudge:
         return out
 
 
-def check_judge_kind(kind: str, key: str) -> None:
-    """Refuse a judge ``kind`` that is neither rule, llm nor a usable import path."""
-    if kind in ("rule", "llm"):
-        return
-    if not is_import_path(kind):
-        raise ValueError(f"{key}: {kind!r}: use rule, llm or 'pkg.mod:function'")
-    check_call(load_object(kind, key), key, kind, args=3)
 
 
 class FunctionExpertJudge:
@@ -214,3 +213,47 @@ class ExpertJudges:
         if evidence is not None and isinstance(judge, LLMExpertJudge):
             return judge.verdicts(agent, items, evidence=evidence)
         return judge.verdicts(agent, items)
+
+
+# kind -> a judge class (built with the run's context: ``llm`` takes an engine, ``rule`` the
+# benchmark's rule judge) or a function (role, task, result) -> float
+JUDGES: Registry[Any] = Registry(
+    "judge", hint="a judge of your own: register_judge in a module named under `plugins:`, "
+                  "or the kind 'pkg.mod:function'")
+JUDGES.register("rule", RuleVerdicts)
+JUDGES.register("llm", LLMExpertJudge)
+get_judge = JUDGES.get
+judge_names = JUDGES.names
+
+
+def register_judge(name: str, fn: Any = None):  # type: ignore[no-untyped-def]
+    """``judges: {role: {kind: NAME}}`` uses the function ``fn`` ``(role, task, result) ->
+    float`` (a plug-in module registers it on import); without ``fn``, a decorator that
+    does."""
+
+    def put(f: Any) -> Any:
+        check_call(f, f"register_judge({name!r})", getattr(f, "__name__", name), args=3)
+        return JUDGES.register(name, f)
+
+    return put if fn is None else put(fn)
+
+
+def check_judge_kind(kind: str, key: str) -> None:
+    """Refuse a judge ``kind`` that is neither a registered name nor a usable import path."""
+    if kind in JUDGES:
+        return
+    if not is_import_path(kind):
+        raise ValueError(f"{key}: {kind!r}: use one of {', '.join(judge_names())} or "
+                         "'pkg.mod:function'")
+    check_call(load_object(kind, key), key, kind, args=3)
+
+
+def build_judge(kind: str, **context: Any) -> Any:
+    """The judge ``kind`` names: a registered class built with ``context`` (``llm``:
+    ``engine``, ``prompt_path=``, ``tokenizer=``, ...; ``rule``: the rule judge), a registered
+    function or an import path's as a :class:`FunctionExpertJudge`."""
+    check_judge_kind(kind, "judge")
+    if kind not in JUDGES:
+        return FunctionExpertJudge(load_object(kind, "judge"), kind)
+    entry = get_judge(kind)
+    return entry(**context) if isinstance(entry, type) else FunctionExpertJudge(entry, kind)

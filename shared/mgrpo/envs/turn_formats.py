@@ -7,7 +7,8 @@ sampled ids of each turn (mask 1, generation stops at ``stop_ids``), and after a
 a tool call ``reply_ids`` (the result or observation, mask 0). ``parse`` turns a turn's text
 into a :class:`~mgrpo.envs.protocol.PlannerAction` or :class:`~mgrpo.envs.protocol.SubagentAction`.
 
-Formats (:data:`TURN_FORMATS`):
+Formats (:data:`TURN_FORMATS`, a :class:`~mgrpo.registry.Registry`: ``register_turn_format``,
+``get_turn_format``, ``turn_format_names``; :func:`build_turn_format` builds one):
 
 - ``markup``: the agent protocol of ``mgrpo.envs.protocol`` (its special tokens).
 - ``chat_template``: the tokenizer's own chat template and tool-call format
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from mgrpo import protocol_tokens as T
 from mgrpo.envs import protocol as P
 from mgrpo.envs.chat_format import ChatTemplateFormat
+from mgrpo.registry import Registry
 
 
 class Dialogue(Protocol):
@@ -102,14 +104,18 @@ def _chat_format(tokenizer: Any, tool_call_format: str = "hermes",
     return ChatTemplateFormat(tokenizer, tool_call_format, chat_template)
 
 
-TURN_FORMATS = {"markup": MarkupFormat, "chat_template": _chat_format}
+# name -> factory(tokenizer, tool_call_format, chat_template) -> TurnFormat
+TURN_FORMATS: Registry[Any] = Registry("turn format", hint="the run config's protocol.format")
+register_turn_format = TURN_FORMATS.register
+get_turn_format = TURN_FORMATS.get
+turn_format_names = TURN_FORMATS.names
+register_turn_format("markup", MarkupFormat)
+register_turn_format("chat_template", _chat_format)
 
 
-def make_turn_format(name: str, tokenizer: Any, tool_call_format: str = "hermes",
-                     chat_template: str | None = None) -> TurnFormat:
+def build_turn_format(name: str, tokenizer: Any, tool_call_format: str = "hermes",
+                      chat_template: str | None = None) -> TurnFormat:
     """The format ``name`` (``protocol.format``) for ``tokenizer``; refuses an unknown name,
     and ``chat_template`` for a tokenizer without a chat template (or one that drops
     ``tools=``), in one line. ``chat_template``: a template text replacing the tokenizer's."""
-    if name not in TURN_FORMATS:
-        raise ValueError(f"protocol.format {name!r} is unknown; known: {sorted(TURN_FORMATS)}")
-    return TURN_FORMATS[name](tokenizer, tool_call_format, chat_template)
+    return get_turn_format(name)(tokenizer, tool_call_format, chat_template)

@@ -1,13 +1,17 @@
 """The verifier registry: r_correct of the planner's final answer, by name or import path.
 
-The run config's ``verifier:`` is ``exact`` (:class:`~mgrpo.envs.rewards.ExactMatchVerifier`),
-``llm`` (:class:`~mgrpo.envs.rewards.LLMJudgeVerifier`, built with an engine by
-``mgrpo.training.judging.build_verifier``), a name registered with :func:`register_verifier`,
-or ``"pkg.mod:function"``: a function ``(question: str, answer: str, gold: str) -> float``
-in [0, 1]. Every verifier a run uses is wrapped in :class:`GuardedVerifier`: a call that
-raises, or returns a non-number, NaN or a value outside [0, 1], scores 0 and is counted with
-its reason (``errors``, ``reasons``; the metric ``planner/verifier_errors``), so a user's bug
-never crashes a round and never passes unnoticed.
+The run config's ``verifier:`` is a name of :data:`VERIFIERS` (a
+:class:`~mgrpo.registry.Registry`: ``register_verifier``, ``get_verifier``,
+``verifier_names``) or ``"pkg.mod:function"``: a function ``(question: str, answer: str,
+gold: str) -> float`` in [0, 1]. Built in: ``exact``
+(:class:`~mgrpo.envs.rewards.ExactMatchVerifier`) and ``llm``
+(:class:`~mgrpo.envs.rewards.LLMJudgeVerifier`, built with an engine by
+``mgrpo.training.judging.verifier_for_run``); :func:`register_verifier` adds a function.
+:func:`build_verifier` builds any of them. Every verifier a run uses is wrapped in
+:class:`GuardedVerifier`: a call that raises, or returns a non-number, NaN or a value
+outside [0, 1], scores 0 and is counted with its reason (``errors``, ``reasons``; the metric
+``planner/verifier_errors``), so a user's bug never crashes a round and never passes
+unnoticed.
 
 What this module does not do: load engines (``mgrpo.training.judging``) or weight r_correct
 into R_M (``mgrpo.algo.rewards``).
@@ -22,31 +26,32 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from mgrpo.envs.rewards import ExactMatchVerifier
+from mgrpo.envs.rewards import ExactMatchVerifier, LLMJudgeVerifier
 from mgrpo.plugins import check_call, is_import_path, load_object
+from mgrpo.registry import Registry
 
 log = logging.getLogger(__name__)
 
-# name -> factory(**context) -> an object with score(pred, gold, question) -> float.
-# ``llm`` is built by mgrpo.training.judging (it needs an engine).
-_REGISTRY: dict[str, Callable[..., Any]] = {"exact": lambda **_: ExactMatchVerifier()}
-BUILT_BY_TRAINING = ("llm",)
+# name -> a verifier class (built with the run's context: ``llm`` takes an engine) or a
+# function (question, answer, gold) -> float
+VERIFIERS: Registry[Callable[..., Any]] = Registry(
+    "verifier", hint="a verifier of your own: register_verifier in a module named under "
+                     "`plugins:`, or the spec 'pkg.mod:function'")
+VERIFIERS.register("exact", ExactMatchVerifier)
+VERIFIERS.register("llm", LLMJudgeVerifier)
+get_verifier = VERIFIERS.get
+verifier_names = VERIFIERS.names
 
 
-def register_verifier(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``verifier: NAME`` uses this function ``(question, answer, gold) ->
-    float`` (a plug-in module registers it on import)."""
+def register_verifier(name: str, fn: Callable | None = None):  # type: ignore[no-untyped-def]
+    """``verifier: NAME`` uses the function ``fn`` ``(question, answer, gold) -> float`` (a
+    plug-in module registers it on import); without ``fn``, a decorator that does."""
 
-    def decorate(fn: Callable) -> Callable:
-        check_call(fn, f"register_verifier({name!r})", fn.__name__, args=3)
-        _REGISTRY[name] = lambda **_: FunctionVerifier(fn)
-        return fn
+    def put(f: Callable) -> Callable:
+        check_call(f, f"register_verifier({name!r})", f.__name__, args=3)
+        return VERIFIERS.register(name, f)
 
-    return decorate
-
-
-def registered_verifiers() -> list[str]:
-    return sorted([*_REGISTRY, *BUILT_BY_TRAINING])
+    return put if fn is None else put(fn)
 
 
 class FunctionVerifier:
@@ -61,20 +66,23 @@ class FunctionVerifier:
 
 def check_verifier(spec: str, key: str = "verifier") -> None:
     """Refuse a ``verifier:`` that is neither a known name nor a usable import path."""
-    if spec in _REGISTRY or spec in BUILT_BY_TRAINING:
+    if spec in VERIFIERS:
         return
     if not is_import_path(spec):
         raise ValueError(f"{key}: {spec!r}: not a verifier; use one of "
-                         f"{registered_verifiers()} or 'pkg.mod:function'")
+                         f"{verifier_names()} or 'pkg.mod:function'")
     check_call(load_object(spec, key), key, spec, args=3)
 
 
-def make_verifier(spec: str) -> Any:
-    """The (unguarded) verifier named by ``spec``, for any spec but ``llm``."""
+def build_verifier(spec: str, **context: Any) -> Any:
+    """The (unguarded) verifier ``spec`` names: a registered class built with ``context``
+    (``llm``: ``engine=``, ``prompt_path=``, ``tokenizer=``, ``max_new_tokens=``), a
+    registered function or an import path's as a :class:`FunctionVerifier`."""
     check_verifier(spec)
-    if spec in _REGISTRY:
-        return _REGISTRY[spec]()
-    return FunctionVerifier(load_object(spec, "verifier"))
+    if spec not in VERIFIERS:
+        return FunctionVerifier(load_object(spec, "verifier"))
+    entry = get_verifier(spec)
+    return entry(**context) if isinstance(entry, type) else FunctionVerifier(entry)
 
 
 class GuardedVerifier:

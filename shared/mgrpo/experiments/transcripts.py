@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo.envs.demos import pick_questions
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.progress import progress_bar
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeJob, EpisodeRunner, mix_seed
-from mgrpo.training.judging import build_verifier
+from mgrpo.training.judging import verifier_for_run
 from mgrpo.training.subagents import LocalSubagentPool
 from mgrpo.training.system import build_tools, role_cards, role_description
 from mgrpo.types import Trajectory
@@ -52,9 +52,9 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
     role and write the correct ones; returns the summary."""
     sub_roles = [r for r in cfg.agents if r != "planner"]
     tools = build_tools(bench, sub_roles, None, cfg.tools, cfg.role_tools)
-    turn_format = make_turn_format(cfg.protocol.format, tokenizer,
-                                   cfg.protocol.tool_call_format,
-                                   cfg.protocol.template_text())
+    turn_format = build_turn_format(cfg.protocol.format, tokenizer,
+                                    cfg.protocol.tool_call_format,
+                                    cfg.protocol.template_text())
     runtimes = {role: AgentRuntime(role=role, model="teacher", engine=engine,
                                    tokenizer=tokenizer, tool=tools.get(role),
                                    description=role_description(role, cfg.descriptions),
@@ -64,7 +64,7 @@ def write_transcripts(cfg: RunConfig, bench: Any, engine: Any, tokenizer: Any,
     runner = EpisodeRunner(runtimes["planner"], role_cards(runtimes, cfg.descriptions),
                            cfg.sampling,
                            dispatch=LocalSubagentPool(subs, cfg.sampling))
-    verifier = build_verifier(cfg)
+    verifier = verifier_for_run(cfg)
     questions = pick_questions(bench, split, n, None, seed)
     jobs = [EpisodeJob(q, "transcripts", r, mix_seed(seed, "transcripts", q.id, r))
             for q in questions for r in range(samples)]

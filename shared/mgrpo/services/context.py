@@ -171,7 +171,7 @@ def refresh_weights(store, engine, model_name: str, run_id: str,
     return True
 
 
-def build_tool(cfg: RunConfig, tool: str, settings: Settings):
+def tool_for_run(cfg: RunConfig, tool: str, settings: Settings):
     """The tool of a sub-agent, from the run config's ``tools:`` as in embedded mode
     (``mgrpo.tools.build_configured_tool``): a tool that asks for an ``executor`` gets the
     sandbox service (``MGRPO_SANDBOX_URL``) or an in-process sandbox."""

@@ -26,7 +26,8 @@ Same seeds, same tokens, rewards, group statistics and weights as embedded mode:
 ``tests/integration/services/test_services_team.py``.
 
 This module holds what both sides and ``start_round`` share: whether a run is a turn team,
-its world and its training tasks. What it does NOT do: play (the coordinator and the role
+and its training tasks (its world:
+``mgrpo.workflows.world_for_run``). What it does NOT do: play (the coordinator and the role
 workers), evaluate (held-out greedy play is embedded mode's, ``mgrpo train``) or train.
 """
 
@@ -36,8 +37,7 @@ import functools
 import json
 from dataclasses import dataclass
 
-from mgrpo.envs.worlds import build_world as build
-from mgrpo.sandbox.client import SandboxClient
+from mgrpo.envs.worlds import build_world
 from mgrpo.training.config import RunConfig
 from mgrpo.training.rounds import sample_questions
 from mgrpo.workflows import TurnTeam
@@ -59,18 +59,9 @@ class TeamQuery:
     stage: int | None = None
 
 
-def build_world(cfg: RunConfig, sandbox_url: str | None = None):
-    """The run's world with its options; tool code runs in the sandbox service when
-    ``sandbox_url`` is set, else in the world's own in-process sandbox."""
-    options = dict(cfg.workflow.world_options)
-    if sandbox_url:
-        options["sandbox"] = SandboxClient(sandbox_url)
-    return build(cfg.workflow.world, **options)
-
-
 @functools.lru_cache(maxsize=8)
 def _task_pool(world_name: str, options: str, n: int, seed: int) -> tuple:
-    return tuple(build(world_name, **json.loads(options)).tasks("train", n, seed))
+    return tuple(build_world(world_name, **json.loads(options)).tasks("train", n, seed))
 
 
 def train_pool(cfg: RunConfig) -> tuple:

@@ -7,12 +7,13 @@ from mgrpo.tools.registry import (
     build_configured_tool,
     build_tool,
     check_tool,
+    get_tool,
     register_tool,
-    registered_tools,
+    tool_names,
 )
 
 __all__ = ["PROVIDED", "ROLE_TOOLS", "Tool", "build_configured_tool", "build_tool",
-           "check_tool", "register_tool", "registered_tools",
+           "check_tool", "get_tool", "register_tool", "tool_names",
            "SearchTool", "PythonTool"]
 
 

@@ -1,7 +1,8 @@
 """The tool registry: a tool is one class with a ``name`` and ``run(payload) -> str``.
 
-Register it with ``@register_tool("name")`` and build it by name with
-``build_tool("name", **cfg)``; an unknown name lists the registered ones. Sub-agent roles map
+Register it with ``@register_tool("name")`` (:data:`TOOLS`, a :class:`~mgrpo.registry.Registry`:
+``get_tool``, ``tool_names``) and build it by name with ``build_tool("name", **cfg)``; an
+unknown name lists the valid ones. Sub-agent roles map
 to tools through :data:`ROLE_TOOLS` (the built-in benchmark's searcher and coder).
 
 A run config's ``tools:`` entry configures a tool: ``{search: {k: 1}}`` gives keywords to a
@@ -20,19 +21,23 @@ config does) or sandbox anything itself.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from mgrpo.plugins import PluginError, check_call, load_object
+from mgrpo.registry import Registry
 
 ROLE_TOOLS: dict[str, str] = {"searcher": "search", "coder": "python"}
 # The built-in tools' modules, imported (so they register) on the first look-up: importing the
 # registry does not import bm25s, and the registry does not depend on the tools it holds.
 BUILTIN_MODULES = ("mgrpo.tools.python", "mgrpo.tools.search")
-
-_REGISTRY: dict[str, type] = {}
+TOOLS: Registry[type] = Registry(
+    "tool", builtins=BUILTIN_MODULES,
+    hint="a plug-in tool: import its module (run config `plugins:`, MGRPO_PLUGINS) or give it "
+         "a `tools: {NAME: {class: 'pkg.mod:Class'}}` entry")
+get_tool = TOOLS.get
+tool_names = TOOLS.names
 
 
 @runtime_checkable
@@ -47,32 +52,21 @@ class Tool(Protocol):
     def run(self, payload: str) -> str: ...
 
 
-def register_tool(name: str) -> Callable[[type], type]:
-    """Class decorator: make ``build_tool(name, ...)`` construct this class."""
+def register_tool(name: str, cls: type | None = None):  # type: ignore[no-untyped-def]
+    """Make ``build_tool(name, ...)`` construct ``cls`` (and set ``cls.name``); without
+    ``cls``, a class decorator that does."""
 
-    def decorate(cls: type) -> type:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"tool name {name!r} is already registered to "
-                             f"{_REGISTRY[name].__qualname__}; choose another name")
-        _REGISTRY[name] = cls
-        cls.name = name
-        return cls
+    def put(tool_cls: type) -> type:
+        TOOLS.register(name, tool_cls)
+        tool_cls.name = name
+        return tool_cls
 
-    return decorate
-
-
-def registered_tools() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return put if cls is None else put(cls)
 
 
 def build_tool(name: str, **cfg) -> Tool:
     """Construct the tool registered as ``name`` with keyword config ``cfg``."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown tool {name!r}; registered tools: {sorted(_REGISTRY)} "
-                         "(register a new one with @register_tool)")
-    return _REGISTRY[name](**cfg)
+    return get_tool(name)(**cfg)
 
 
 PROVIDED = ("corpus", "executor")
@@ -90,13 +84,7 @@ def tool_class(name: str, tools_cfg: Mapping[str, Mapping] | None = None
     spec = entry.pop("class", None)
     if spec is not None:
         return load_object(spec, f"tools.{name}.class"), entry
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown tool {name!r}; registered tools: {sorted(_REGISTRY)}; a "
-                         "plug-in tool: import its module (run config `plugins:`, "
-                         "MGRPO_PLUGINS) or give it a `tools: {NAME: {class: "
-                         "'pkg.mod:Class'}}` entry")
-    return _REGISTRY[name], entry
+    return get_tool(name), entry
 
 
 def _function_tool(name: str, entry: dict) -> tuple[type, dict[str, Any]]:
@@ -158,8 +146,3 @@ def build_configured_tool(name: str, tools_cfg: Mapping[str, Mapping] | None = N
     if getattr(tool, "name", None) is None:
         tool.name = name
     return tool
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)

@@ -114,7 +114,7 @@ def template_problems(cfg: RunConfig) -> list[str]:
     (no template, one that drops ``tools=``, one that is not append-only): its turn format
     is built as a run builds it."""
     # on use: tokenizers load only for a chat_template config
-    from mgrpo.envs.turn_formats import make_turn_format
+    from mgrpo.envs.turn_formats import build_turn_format
     from mgrpo.models.loading import ModelLoadError, load_tokenizer
 
     problems = []
@@ -122,8 +122,8 @@ def template_problems(cfg: RunConfig) -> list[str]:
         if "://" in model.path or not (Path(model.path) / "config.json").is_file():
             continue
         try:
-            make_turn_format("chat_template", load_tokenizer(model.path),
-                             cfg.protocol.tool_call_format, cfg.protocol.template_text())
+            build_turn_format("chat_template", load_tokenizer(model.path),
+                              cfg.protocol.tool_call_format, cfg.protocol.template_text())
         except (ValueError, ModelLoadError) as exc:
             problems.append(f"models.{name}.path: {exc}")
     return problems

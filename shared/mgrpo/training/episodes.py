@@ -24,7 +24,7 @@ from typing import Any
 from mgrpo import protocol_tokens as T
 from mgrpo.engines.base import Completion, Engine, GenerationRequest, SamplingParams
 from mgrpo.envs import protocol as P
-from mgrpo.envs.turn_formats import Dialogue, MarkupFormat, TurnFormat, make_turn_format
+from mgrpo.envs.turn_formats import Dialogue, MarkupFormat, TurnFormat, build_turn_format
 from mgrpo.training.config import SamplingConfig
 from mgrpo.types import Trajectory, trajectory_id
 
@@ -60,7 +60,7 @@ def with_protocol(runtime: AgentRuntime, protocol: Any) -> AgentRuntime:
     if (fmt.name, fmt.tool_call_format, getattr(fmt, "template", None)) == (
             protocol.format, protocol.tool_call_format, template):
         return runtime
-    return replace(runtime, turn_format=make_turn_format(
+    return replace(runtime, turn_format=build_turn_format(
         protocol.format, runtime.tokenizer, protocol.tool_call_format, template))
 
 

@@ -27,14 +27,13 @@ from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.envs.judges import (
     DEFAULT_EXPERT_PROMPT,
     ExpertJudges,
-    FunctionExpertJudge,
     LLMExpertJudge,
     RuleVerdicts,
+    build_judge,
 )
-from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, LLMJudgeVerifier, RuleExpertJudge
-from mgrpo.envs.verifiers import GuardedVerifier, make_verifier
+from mgrpo.envs.rewards import DEFAULT_JUDGE_PROMPT, RuleExpertJudge
+from mgrpo.envs.verifiers import GuardedVerifier, build_verifier
 from mgrpo.models import load_model, load_tokenizer
-from mgrpo.plugins import load_object
 from mgrpo.training.config import JudgeConfig, LLMVerifierConfig, RunConfig
 
 log = logging.getLogger(__name__)
@@ -71,9 +70,8 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
     for role, judge in cfg.judges.items():
         if roles is not None and role not in roles or judge.kind == "rule":
             continue
-        if judge.kind != "llm":  # an import path, checked when the config was validated
-            by_role[role] = FunctionExpertJudge(load_object(judge.kind, f"judges.{role}.kind"),
-                                                judge.kind)
+        if judge.kind != "llm":  # checked when the config was validated
+            by_role[role] = build_judge(judge.kind)
             continue
         key = (judge.model, judge.url)
         if key not in loaded:
@@ -81,9 +79,10 @@ def build_expert_judges(cfg: RunConfig, bench: Any,
             if not judge.url and judge.model not in (engines or {}):
                 own[judge.model] = loaded[key][0]
         engine, tokenizer = loaded[key]
-        by_role[role] = LLMExpertJudge(engine, judge.prompt or DEFAULT_EXPERT_PROMPT,
-                                       tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
-                                       max_result_chars=judge.max_result_chars)
+        by_role[role] = build_judge("llm", engine=engine,
+                                    prompt_path=judge.prompt or DEFAULT_EXPERT_PROMPT,
+                                    tokenizer=tokenizer, max_new_tokens=judge.max_new_tokens,
+                                    max_result_chars=judge.max_result_chars)
     judges = ExpertJudges(RuleVerdicts(RuleExpertJudge(bench)), by_role)
     judges.own_engines = own
     return judges
@@ -104,16 +103,17 @@ def refresh_judge_weights(judges: ExpertJudges, cfg: RunConfig, latest) -> list[
     return done
 
 
-def build_verifier(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,
-                   device: str = "cpu") -> GuardedVerifier:
+def verifier_for_run(cfg: RunConfig, engines: dict[str, tuple[Any, Any]] | None = None,
+                     device: str = "cpu") -> GuardedVerifier:
     """The run's r_correct verifier (``verifier:``), guarded (``mgrpo.envs.verifiers``): the
     same in embedded mode, the planner worker and evaluation jobs. ``llm`` takes its engine
     as an llm judge does (``verifier_llm``: url, an engine loaded here, or the model loaded
     frozen)."""
     if cfg.verifier != "llm":
-        return GuardedVerifier(make_verifier(cfg.verifier), cfg.verifier)
+        return GuardedVerifier(build_verifier(cfg.verifier), cfg.verifier)
     spec = cfg.verifier_llm
     engine, tokenizer = _judge_engine(cfg, spec, engines or {}, device)
-    return GuardedVerifier(LLMJudgeVerifier(engine, spec.prompt or DEFAULT_JUDGE_PROMPT,
-                                            tokenizer=tokenizer,
-                                            max_new_tokens=spec.max_new_tokens), "llm")
+    return GuardedVerifier(build_verifier("llm", engine=engine,
+                                          prompt_path=spec.prompt or DEFAULT_JUDGE_PROMPT,
+                                          tokenizer=tokenizer,
+                                          max_new_tokens=spec.max_new_tokens), "llm")

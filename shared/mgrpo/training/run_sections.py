@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mgrpo.envs.chat_format import TOOL_CALL_FORMATS
+from mgrpo.envs.chat_format import get_tool_call_format
 from mgrpo.models.chat_templates import BUILTIN as BUILTIN_TEMPLATES
 from mgrpo.models.chat_templates import resolve_chat_template
 from mgrpo.validation import StrictModel
@@ -101,9 +101,7 @@ class ProtocolConfig(StrictModel):
     @field_validator("tool_call_format")
     @classmethod
     def _known_parser(cls, name: str) -> str:
-        if name not in TOOL_CALL_FORMATS:
-            raise ValueError(f"unknown tool_call_format {name!r}; known: "
-                             f"{sorted(TOOL_CALL_FORMATS)}")
+        get_tool_call_format(name)  # an unknown name lists the valid ones
         return name
 
     @field_validator("chat_template")

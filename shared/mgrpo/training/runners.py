@@ -2,7 +2,8 @@
 
 A workflow (:mod:`mgrpo.workflows`) is a spec: its roles, turn order, rewards and config
 checks. What trains a run of it here (``mgrpo train``) and evaluates one (``mgrpo eval``)
-is its runner, registered on this side by workflow name with :func:`register_runner`. The
+is its runner, registered on this side by workflow name with :func:`register_runner`
+(:data:`RUNNERS`, a :class:`~mgrpo.registry.Registry`: ``get_runner``, ``runner_names``). The
 built-ins are registered below: ``hierarchy`` (:func:`mgrpo.training.hierarchy_run.run_hierarchy`,
 :func:`mgrpo.training.heldout.evaluate_hierarchy`) and ``turn_team``
 (:func:`mgrpo.training.team_round.run_team_training`,
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mgrpo.registry import Registry
 from mgrpo.training.config import RunConfig
 from mgrpo.training.heldout import evaluate_hierarchy
 from mgrpo.training.hierarchy_run import run_hierarchy
@@ -46,7 +48,9 @@ class Runner:
     evaluate: EvaluateFn | None = None
 
 
-_RUNNERS: dict[str, Runner] = {}
+RUNNERS: Registry[Runner] = Registry("runner", hint="keyed by workflow name")
+get_runner = RUNNERS.get
+runner_names = RUNNERS.names
 
 
 def register_runner(workflow_name: str, train: TrainFn,
@@ -54,25 +58,24 @@ def register_runner(workflow_name: str, train: TrainFn,
     """Play the runs of the workflow named ``workflow_name`` (and of its subclasses that
     define neither method) with ``train`` and ``evaluate``; a second, different runner for
     that name is refused."""
-    runner = Runner(train, evaluate)
-    known = _RUNNERS.get(workflow_name)
-    if known is not None and known != runner:
-        raise ValueError(f"workflow {workflow_name!r} already has a runner")
-    _RUNNERS[workflow_name] = runner
-    return runner
+    return RUNNERS.register(workflow_name, Runner(train, evaluate))
+
+
+def _runner(workflow_name: str) -> Runner | None:
+    return get_runner(workflow_name) if workflow_name in RUNNERS else None
 
 
 def _played_by(flow: Workflow, method: str) -> Callable | None:
     """The function that plays ``method`` (``train`` or ``evaluate``) of ``flow``: its
     name's runner's, else the first of its classes (method resolution order) with a runner
     of that method or the method itself; None: ``Workflow``'s default."""
-    runner = _RUNNERS.get(flow.name)
+    runner = _runner(flow.name)
     if runner is not None and getattr(runner, method) is not None:
         return getattr(runner, method)
     for cls in type(flow).__mro__:
         if cls is Workflow:
             break
-        runner = _RUNNERS.get(cls.__dict__.get("name", ""))
+        runner = _runner(cls.__dict__.get("name", ""))
         if runner is not None and getattr(runner, method) is not None:
             return getattr(runner, method)
         if method in cls.__dict__:

@@ -22,7 +22,7 @@ import torch
 from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs import protocol as P
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.models import load_model
 from mgrpo.models.lora import apply_lora
 from mgrpo.models.shared_base import share_frozen_base
@@ -31,7 +31,7 @@ from mgrpo.tools import build_configured_tool
 from mgrpo.tools.registry import ROLE_TOOLS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime, EpisodeRunner
-from mgrpo.training.judging import build_expert_judges, build_verifier
+from mgrpo.training.judging import build_expert_judges, verifier_for_run
 from mgrpo.training.precision import make_optimizer, prepare_for_training
 from mgrpo.training.subagents import LocalSubagentPool
 from mgrpo.workflows.hierarchy import delegation_tree
@@ -198,9 +198,9 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     # a sub-agent that delegates has no tool unless role_tools names one
     tool_roles = [r for r in cfg.agents if r != "planner" and (not tree[r] or r in cfg.role_tools)]
     tools = build_tools(bench, tool_roles, sandbox, cfg.tools, cfg.role_tools)
-    formats = {name: make_turn_format(cfg.protocol.format, lm.tokenizer,
-                                      cfg.protocol.tool_call_format,
-                                      cfg.protocol.template_text())
+    formats = {name: build_turn_format(cfg.protocol.format, lm.tokenizer,
+                                       cfg.protocol.tool_call_format,
+                                       cfg.protocol.template_text())
                for name, lm in models.items()}
     runtimes = {}
     for role, model_name in cfg.agents.items():
@@ -214,7 +214,7 @@ def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> Sy
     engines = {name: (lm.engine, lm.tokenizer) for name, lm in models.items()}
     judge = build_expert_judges(cfg, bench, engines, device=device)
     return System(cfg=cfg, bench=bench, models=models, tools=tools, runtimes=runtimes,
-                  verifier=build_verifier(cfg, engines, device=device), judge=judge)
+                  verifier=verifier_for_run(cfg, engines, device=device), judge=judge)
 
 
 def out_path(cfg: RunConfig, *parts: str) -> Path:

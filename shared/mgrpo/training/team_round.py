@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mgrpo.envs.worlds import SPLITS, build_world
+from mgrpo.envs.worlds import SPLITS
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
 from mgrpo.training.heldout import load_trained
@@ -41,7 +41,7 @@ from mgrpo.training.run_state import save_state
 from mgrpo.training.system import LoadedModel, load_models
 from mgrpo.training.team_play import TeamEpisode, TeamSampler
 from mgrpo.training.tree_round import train_tree_models, tree_seed
-from mgrpo.workflows import EvalRefused, EvalRequest
+from mgrpo.workflows import EvalRefused, EvalRequest, world_for_run
 
 
 @dataclass
@@ -64,10 +64,7 @@ class TeamSystem:
 
 def build_team_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> TeamSystem:
     models = load_models(cfg, device)
-    options = dict(cfg.workflow.world_options)
-    if sandbox is not None:
-        options["sandbox"] = sandbox
-    world = build_world(cfg.workflow.world, **options)
+    world = world_for_run(cfg, sandbox)
     runtimes = {role: AgentRuntime(role=role, model=name, engine=models[name].engine,
                                    tokenizer=models[name].tokenizer)
                 for role, name in cfg.flow.roles(cfg).items()}

@@ -14,7 +14,7 @@ from mgrpo.workflows.base import (
 )
 from mgrpo.workflows.config import WorkflowConfig
 from mgrpo.workflows.hierarchy import HIERARCHY, Hierarchy
-from mgrpo.workflows.turn_team import TURN_TEAM, TurnTeam
+from mgrpo.workflows.turn_team import TURN_TEAM, TurnTeam, world_for_run
 
 
 def prepare_run_data(data: dict) -> dict:
@@ -30,4 +30,4 @@ def prepare_run_data(data: dict) -> dict:
 __all__ = ["HIERARCHY", "TURN_TEAM", "EvalRefused", "EvalRequest", "Hierarchy", "TurnTeam",
            "Workflow", "WorkflowConfig", "get_workflow", "prepare_run_data",
            "refuse_embedded_only", "refuse_outside_services", "register_workflow",
-           "workflow_names"]
+           "workflow_names", "world_for_run"]

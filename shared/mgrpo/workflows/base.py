@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from mgrpo.registry import Registry
+
 if TYPE_CHECKING:
     from mgrpo.training.config import RunConfig
 
@@ -164,31 +166,15 @@ def refuse_nested(cfg: RunConfig, command: str) -> None:
                          "or the services and is measured with `mgrpo eval`")
 
 
-_WORKFLOWS: dict[str, Workflow] = {}
+WORKFLOWS: Registry[Workflow] = Registry(
+    "workflow", hint="a workflow of your own: register_workflow in a module named under "
+                     "`plugins:`",
+    same=lambda known, new: type(known) is type(new))  # a module imported twice: a new instance
+get_workflow = WORKFLOWS.get
+workflow_names = WORKFLOWS.names
 
 
 def register_workflow(workflow: Workflow) -> Workflow:
-    """Register ``workflow`` under its name; a second, different one of that name is
-    refused."""
-    if not workflow.name:
-        raise ValueError("a workflow needs a name")
-    known = _WORKFLOWS.get(workflow.name)
-    if known is not None and known is not workflow and type(known) is not type(workflow):
-        raise ValueError(f"workflow {workflow.name!r} is already registered; pick another "
-                         "name")
-    _WORKFLOWS[workflow.name] = workflow
-    return workflow
-
-
-def get_workflow(name: str) -> Workflow:
-    """The workflow registered as ``name``; an unknown name lists the known ones."""
-    try:
-        return _WORKFLOWS[name]
-    except KeyError:
-        raise ValueError(f"unknown workflow {name!r}; known: {', '.join(workflow_names())} "
-                         "(a workflow of your own: register_workflow in a module named under "
-                         "`plugins:`)") from None
-
-
-def workflow_names() -> list[str]:
-    return sorted(_WORKFLOWS)
+    """Register ``workflow`` under its own ``name``; a second workflow of another type under
+    that name is refused."""
+    return WORKFLOWS.register(workflow.name, workflow)

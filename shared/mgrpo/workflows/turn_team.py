@@ -21,8 +21,23 @@ train`` evaluates before and after, on any split.
 
 from __future__ import annotations
 
-from mgrpo.envs.worlds import build_world
+from typing import TYPE_CHECKING, Any
+
+from mgrpo.envs.worlds import World, build_world
 from mgrpo.workflows.base import Workflow, register_workflow
+
+if TYPE_CHECKING:
+    from mgrpo.training.config import RunConfig
+
+
+def world_for_run(cfg: RunConfig, sandbox: Any = None) -> World:
+    """The run's world (``workflow.world``) built with its ``world_options``; tool code runs
+    in ``sandbox`` when given (the sandbox service's client), else in the world's own
+    in-process sandbox."""
+    options = dict(cfg.workflow.world_options)
+    if sandbox is not None:
+        options["sandbox"] = sandbox
+    return build_world(cfg.workflow.world, **options)
 
 
 def world_roles(name: str) -> tuple[str, ...]:
@@ -92,7 +107,7 @@ class TurnTeam(Workflow):
         if cfg.workflow.max_turns is not None:
             return cfg.workflow.max_turns
 
-        return build_world(cfg.workflow.world, **cfg.workflow.world_options).max_turns
+        return world_for_run(cfg).max_turns
 
     def alpha(self, cfg) -> float:
         alpha = cfg.workflow.alpha

@@ -34,7 +34,8 @@ def test_a_world_that_needs_options_is_listed_with_the_reason(monkeypatch):
     def needy(*, size: int):
         raise AssertionError("never built")
 
-    monkeypatch.setitem(base._WORLDS, "needs_size_cli_test", needy)  # gone after the test
+    monkeypatch.setattr(base.WORLDS, "_entries", dict(base.WORLDS._entries))  # gone after
+    base.register_world("needs_size_cli_test", needy)
     result = CliRunner().invoke(app, ["worlds", "list"])
     assert result.exit_code == 0, result.output
     assert "needs_size_cli_test" in result.output and "needs options to build" in result.output

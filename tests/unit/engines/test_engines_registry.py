@@ -68,7 +68,7 @@ def test_a_server_refuses_a_lora_model(tiny_dir):
 
 
 def test_a_registered_name_builds_and_taken_names_are_refused(tiny_dir, monkeypatch):
-    monkeypatch.setattr("mgrpo.engines.registry.ENGINES", dict(ENGINES))
+    monkeypatch.setattr(ENGINES, "_entries", dict(ENGINES._entries))  # gone after the test
     calls = []
 
     def builder(spec, path, device, **kw):
@@ -79,6 +79,9 @@ def test_a_registered_name_builds_and_taken_names_are_refused(tiny_dir, monkeypa
     assert engine_kind("mine") == "mine"
     assert build_engine("mine", "p", "cpu").engine == "engine"
     assert calls == [("mine", "p", "cpu")]
-    for taken in ("torch", "mine", "a:b", "http://x"):
-        with pytest.raises(ValueError, match="taken or not a plain name"):
-            register_engine(taken, builder)
+    register_engine("mine", builder)  # the same again (a module imported twice): fine
+    with pytest.raises(ValueError, match="engine 'torch' is already registered"):
+        register_engine("torch", builder)
+    for form in ("a:b", "http://x", "remote", "factory"):
+        with pytest.raises(ValueError, match="is not a plain name"):
+            register_engine(form, builder)

@@ -12,14 +12,14 @@ from chat_tokenizer import chat_tokenizer
 from mgrpo.envs.demos import write_demos
 from mgrpo.envs.experts import ExpertErrors
 from mgrpo.envs.protocol import DEFAULT_AGENTS
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.models.sft import encode_segments
 
 
 @pytest.mark.parametrize("call_format", ["hermes", "json_list"])
 def test_chat_demos_are_the_rollout_rendering(small_bench, local_tools, tmp_path, call_format):
     tok = chat_tokenizer()
-    fmt = make_turn_format("chat_template", tok, call_format)
+    fmt = build_turn_format("chat_template", tok, call_format)
     summary = write_demos(small_bench, tmp_path, local_tools, ExpertErrors(), n=12,
                           chat=(fmt, list(DEFAULT_AGENTS)))
     assert summary["format"] == "chat_template" and summary["records"]["planner"] == 12

@@ -10,7 +10,7 @@ from chat_tokenizer import SMOLLM2_TEMPLATE, chat_tokenizer
 
 from mgrpo.envs.chat_format import ChatTemplateFormat, parse_hermes
 from mgrpo.envs.protocol import DEFAULT_AGENTS, AgentCard
-from mgrpo.envs.turn_formats import MarkupFormat, make_turn_format
+from mgrpo.envs.turn_formats import MarkupFormat, build_turn_format
 
 END = "<|im_end|>"
 
@@ -98,7 +98,7 @@ def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
     saved, tok.chat_template = tok.chat_template, None
     try:
         with pytest.raises(ValueError) as err:
-            make_turn_format("chat_template", tok)
+            build_turn_format("chat_template", tok)
     finally:
         tok.chat_template = saved
     assert "needs a tokenizer with a chat template" in str(err.value) and "\n" not in str(err.value)
@@ -121,9 +121,10 @@ def test_a_template_that_is_not_append_only_is_refused():
 
 def test_markup_stays_the_default_and_unknown_formats_are_refused():
     tok = chat_tokenizer()
-    assert isinstance(make_turn_format("markup", tok), MarkupFormat)
-    with pytest.raises(ValueError, match="unknown; known: \\['chat_template', 'markup'\\]"):
-        make_turn_format("jinja", tok)
+    assert isinstance(build_turn_format("markup", tok), MarkupFormat)
+    with pytest.raises(ValueError,
+                       match="unknown turn format 'jinja'; valid: chat_template, markup"):
+        build_turn_format("jinja", tok)
 
 
 def test_a_template_that_drops_tools_is_refused_and_chatml_tools_replaces_it():
@@ -133,10 +134,10 @@ def test_a_template_that_drops_tools_is_refused_and_chatml_tools_replaces_it():
     saved, tok.chat_template = tok.chat_template, SMOLLM2_TEMPLATE
     try:
         with pytest.raises(ValueError, match="ignores tools=.*chatml_tools") as err:
-            make_turn_format("chat_template", tok)
+            build_turn_format("chat_template", tok)
         assert "\n" not in str(err.value)
-        fmt = make_turn_format("chat_template", tok, "json_list",
-                               resolve_chat_template("chatml_tools"))
+        fmt = build_turn_format("chat_template", tok, "json_list",
+                                resolve_chat_template("chatml_tools"))
     finally:
         tok.chat_template = saved
     dialogue = fmt.planner("How many people live in Velmora?", [

@@ -148,7 +148,7 @@ def test_parse_moves_reads_the_usual_spellings_and_refuses_the_rest():
 def test_unknown_roles_and_worlds_are_refused_by_name(world):
     with pytest.raises(ValueError, match="roles: tool, plan"):
         world.observe(world.reset(world.tasks("test", 1, seed=0)[0]), "coder")
-    with pytest.raises(ValueError, match="known: .*sokoban"):
+    with pytest.raises(ValueError, match="valid: .*sokoban"):
         build_world("sokoban2")
     with pytest.raises(ValueError, match="unknown split"):
         world.tasks("valid", 1, seed=0)

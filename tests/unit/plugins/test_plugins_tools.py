@@ -1,6 +1,6 @@
 """Plug-in tools: a ``tools:`` entry with ``class: "pkg.mod:Class"`` and its keywords, built the
 same by embedded mode (``training.system.build_tools``) and a sub-agent service
-(``services.context.build_tool``); ``executor``/``corpus`` go only to a constructor that
+(``services.context.tool_for_run``); ``executor``/``corpus`` go only to a constructor that
 declares them; a bad spec is refused when the run config is validated, in one line."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _cfg(tmp_path, **kw) -> RunConfig:
 
 
 def test_class_spec_kwargs_reach_the_constructor_in_both_modes(plugin, tmp_path):
-    from mgrpo.services.context import build_tool
+    from mgrpo.services.context import tool_for_run
     from mgrpo.training.system import build_tools
 
     mod, _ = plugin
@@ -76,7 +76,7 @@ def test_class_spec_kwargs_reach_the_constructor_in_both_modes(plugin, tmp_path)
                                               "url": "http://127.0.0.1:9", "k": 5}},
                role_tools={"web": "websearch"})
     embedded = build_tools(None, ["web"], None, cfg.tools, cfg.role_tools)["web"]
-    served = build_tool(cfg, "websearch", Settings())
+    served = tool_for_run(cfg, "websearch", Settings())
     for tool in (embedded, served):
         assert type(tool).__name__ == "WebSearch"
         assert tool.run("q") == "http://127.0.0.1:9?q=q&k=5"

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from mgrpo.envs.judges import FunctionExpertJudge, Verdict
 from mgrpo.envs.verifiers import FunctionVerifier, GuardedVerifier, register_verifier
 from mgrpo.training.config import RunConfig
-from mgrpo.training.judging import build_expert_judges, build_verifier
+from mgrpo.training.judging import build_expert_judges, verifier_for_run
 from mgrpo.training.rounds import judge_metrics
 from mgrpo.training.scoring import score_episode
 from mgrpo.validation import one_line
@@ -49,7 +49,7 @@ def _cfg(tmp_path, **kw) -> RunConfig:
 
 
 def test_function_verifier_by_import_path_scores_with_the_question(acme, tmp_path):
-    verifier = build_verifier(_cfg(tmp_path, verifier=f"{acme}:contains"))
+    verifier = verifier_for_run(_cfg(tmp_path, verifier=f"{acme}:contains"))
     assert score_episode("It is Paris.", True, "paris", verifier, (0.1, 0.9),
                          question="capital?") == (1.0, pytest.approx(1.0))
     assert score_episode("Rome", True, "paris", verifier, (0.1, 0.9))[0] == 0.0
@@ -57,7 +57,7 @@ def test_function_verifier_by_import_path_scores_with_the_question(acme, tmp_pat
 
 
 def test_exact_is_the_default(tmp_path):
-    verifier = build_verifier(_cfg(tmp_path))
+    verifier = verifier_for_run(_cfg(tmp_path))
     assert verifier.score("48,213.0", "48213") == 1.0 and verifier.score("x", "y") == 0.0
 
 
@@ -102,7 +102,7 @@ def test_registered_verifier_by_name(tmp_path):
     def lower(question, answer, gold):
         return float(answer.lower() == gold.lower())
 
-    verifier = build_verifier(_cfg(tmp_path, verifier="acme_exact_lower"))
+    verifier = verifier_for_run(_cfg(tmp_path, verifier="acme_exact_lower"))
     assert verifier.score("PARIS", "paris") == 1.0
 
 
@@ -147,7 +147,7 @@ def test_llm_verifier_uses_the_named_model_engine(tmp_path):
 
     engine = _YesToOstra(Tok())
     cfg = _cfg(tmp_path, verifier="llm", verifier_llm={"model": "planner"})
-    verifier = build_verifier(cfg, {"planner": (engine, Tok())})
+    verifier = verifier_for_run(cfg, {"planner": (engine, Tok())})
     assert verifier.score("It is Ostra, I think", "ostra", "capital of Kelvar?") == 1.0
     assert verifier.score("Holm", "Ostra", "capital of Kelvar?") == 0.0
     assert "capital of Kelvar?" in engine.prompts[0] and verifier.errors == 0

@@ -17,7 +17,7 @@ from mgrpo.services.trainer.service import round_ready
 from mgrpo.store import Store
 from mgrpo.training.config import ModelConfig, RunConfig
 from mgrpo.training.episodes import Episode, EpisodeJob
-from mgrpo.training.judging import build_verifier
+from mgrpo.training.judging import verifier_for_run
 from mgrpo.types import Trajectory, trajectory_id
 
 ROUND = "run-r0000"
@@ -69,7 +69,7 @@ def episode(attempt: int) -> Episode:
 
 def worker(store) -> PlannerWorker:
     cfg = RunConfig(agents=AGENTS, models={m: ModelConfig(path="unused") for m in AGENTS})
-    verifier = build_verifier(cfg)
+    verifier = verifier_for_run(cfg)
     planner = SimpleNamespace(store=store, cfg=cfg, runtime=SimpleNamespace(model="planner"),
                               bus=InMemoryBus(), queues=Queues(), verifier=lambda _: verifier)
     return PlannerWorker(planner)

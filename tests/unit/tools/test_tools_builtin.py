@@ -6,7 +6,7 @@ import pytest
 
 from mgrpo.envs import BenchmarkConfig, Corpus, Doc, build_benchmark
 from mgrpo.sandbox.types import ExecResult
-from mgrpo.tools import ROLE_TOOLS, build_tool, register_tool, registered_tools
+from mgrpo.tools import ROLE_TOOLS, build_tool, register_tool, tool_names
 from mgrpo.tools.python import PythonTool
 from mgrpo.tools.search import NO_RESULTS, SearchTool
 
@@ -20,9 +20,9 @@ def bench():
 
 
 def test_registry_builds_by_name_and_lists_unknown():
-    assert {"search", "python"} <= set(registered_tools())
+    assert {"search", "python"} <= set(tool_names())
     assert ROLE_TOOLS == {"searcher": "search", "coder": "python"}
-    with pytest.raises(ValueError, match=r"unknown tool 'web'.*'python', 'search'"):
+    with pytest.raises(ValueError, match=r"unknown tool 'web'; valid: .*python, search"):
         build_tool("web")
 
     @register_tool("echo_test")

@@ -78,5 +78,5 @@ def test_what_a_workflow_says_of_mgrpo_eval_is_what_its_runner_plays():
 def test_a_second_different_runner_for_a_name_is_refused():
     runners.register_runner("hierarchy", hierarchy_run.run_hierarchy,
                             heldout.evaluate_hierarchy)  # the same again: fine
-    with pytest.raises(ValueError, match="already has a runner"):
+    with pytest.raises(ValueError, match="runner 'hierarchy' is already registered"):
         runners.register_runner("hierarchy", team_round.run_team_training)

@@ -11,14 +11,16 @@ from mgrpo.envs.worlds import (  # noqa: F401 - each registers its world
 )
 from mgrpo.envs.worlds.base import (
     SPLITS,
+    WORLDS,
     Turn,
     World,
     WorldState,
     WorldTask,
     build_world,
+    get_world,
     register_world,
     world_names,
 )
 
-__all__ = ["SPLITS", "Turn", "World", "WorldState", "WorldTask", "build_world",
-           "register_world", "world_names"]
+__all__ = ["SPLITS", "WORLDS", "Turn", "World", "WorldState", "WorldTask", "build_world",
+           "get_world", "register_world", "world_names"]

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from mgrpo.registry import Registry
+
 SPLITS = ("train", "dev", "test")
 
 
@@ -101,35 +103,14 @@ class World(Protocol):
 
 
 WorldFactory = Callable[..., World]
-_WORLDS: dict[str, WorldFactory] = {}
-
-
-def register_world(name: str, factory: WorldFactory | None = None):
-    """Register ``factory`` (a class or function taking keyword options, e.g. ``sandbox=``)
-    as world ``name``; usable as a decorator. A second, different factory of that name is
-    refused."""
-
-    def put(f: WorldFactory) -> WorldFactory:
-        known = _WORLDS.get(name)
-        if known is not None and known is not f:
-            raise ValueError(f"world {name!r} is already registered; pick another name")
-        _WORLDS[name] = f
-        return f
-
-    return put if factory is None else put(factory)
+WORLDS: Registry[WorldFactory] = Registry(
+    "world", hint="a world of your own: register_world in a module named under `plugins:`")
+register_world = WORLDS.register  # decorator, or register_world(name, factory)
+get_world = WORLDS.get
+world_names = WORLDS.names
 
 
 def build_world(name: str, **options: Any) -> World:
-    """The world registered as ``name``, built with ``options``; an unknown name lists the
-    known ones."""
-    try:
-        factory = _WORLDS[name]
-    except KeyError:
-        raise ValueError(f"unknown world {name!r}; known: {', '.join(world_names()) or 'none'}"
-                         " (a world of your own: register_world in a module named under "
-                         "`plugins:`)") from None
-    return factory(**options)
-
-
-def world_names() -> list[str]:
-    return sorted(_WORLDS)
+    """The world registered as ``name`` (a class or function taking keyword options, e.g.
+    ``sandbox=``), built with ``options``; an unknown name lists the valid ones."""
+    return get_world(name)(**options)

@@ -23,10 +23,11 @@ from mgrpo.bus.messages import (
 from mgrpo.config import Settings
 from mgrpo.engines.base import Completion, GenerationRequest
 from mgrpo.models import load_tokenizer
+from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import Queues, round_spec
 from mgrpo.services.dispatch import BusDispatch, registered_queue, worker_id
-from mgrpo.services.team import build_world, train_pool
+from mgrpo.services.team import train_pool
 from mgrpo.store.records import DCount
 from mgrpo.training.config import RunConfig
 from mgrpo.training.episodes import AgentRuntime
@@ -34,6 +35,7 @@ from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.team_play import TeamSampler
 from mgrpo.training.team_round import team_metrics
 from mgrpo.training.tree_round import tree_seed
+from mgrpo.workflows import world_for_run
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,8 @@ class TeamWorker:
     def world(self, cfg: RunConfig):
         key = repr((cfg.workflow.world, sorted(cfg.workflow.world_options.items())))
         if key not in self._worlds:
-            self._worlds[key] = build_world(cfg, self.settings.sandbox_url)
+            self._worlds[key] = world_for_run(
+                cfg, SandboxClient(url) if (url := self.settings.sandbox_url) else None)
         return self._worlds[key]
 
     def tokenizer(self, cfg: RunConfig, model: str):

@@ -46,7 +46,7 @@ from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
 from mgrpo.envs import load_benchmark
 from mgrpo.envs.questions import Question
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.sandbox.client import SandboxClient
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
@@ -67,7 +67,7 @@ from mgrpo.training.episodes import (
     mix_seed,
     with_protocol,
 )
-from mgrpo.training.judging import build_verifier
+from mgrpo.training.judging import verifier_for_run
 from mgrpo.training.round_spec import RoundSpec
 from mgrpo.training.scoring import score_episode
 from mgrpo.training.system import build_tools, role_cards
@@ -132,7 +132,7 @@ class PlannerRuntime:
                                             lora=cfg.models[model_name].lora)
         refresh_weights(store, engine, model_name, cfg.name, cfg)
         runtime = AgentRuntime(role="planner", model=model_name, engine=engine,
-                               tokenizer=tokenizer, turn_format=make_turn_format(
+                               tokenizer=tokenizer, turn_format=build_turn_format(
                                    cfg.protocol.format, tokenizer,
                                    cfg.protocol.tool_call_format,
                                    cfg.protocol.template_text()))
@@ -169,14 +169,14 @@ class PlannerRuntime:
         return self._tools[key]
 
     def verifier(self, cfg: RunConfig | None = None):
-        """The run's r_correct verifier (``verifier:``, ``training.judging.build_verifier``),
+        """The run's r_correct verifier (``verifier:``, ``training.judging.verifier_for_run``),
         one per distinct setting; an llm verifier on the planner's own model uses its
         engine."""
         cfg = cfg or self.cfg
         key = repr((cfg.verifier, cfg.verifier_llm))
         if key not in self._verifiers:
             engines = {self.runtime.model: (self.runtime.engine, self.runtime.tokenizer)}
-            self._verifiers[key] = build_verifier(cfg, engines, device=self.settings.device)
+            self._verifiers[key] = verifier_for_run(cfg, engines, device=self.settings.device)
         return self._verifiers[key]
 
     def play(self, jobs: list[EpisodeJob], greedy: bool = False,

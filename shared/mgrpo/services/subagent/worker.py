@@ -37,14 +37,14 @@ from dataclasses import replace
 from mgrpo.bus.messages import SubAgentCall, SubAgentResult, TrajectoryMessage
 from mgrpo.config import Settings
 from mgrpo.engines.registry import build_engine
-from mgrpo.envs.turn_formats import make_turn_format
+from mgrpo.envs.turn_formats import build_turn_format
 from mgrpo.services.batching import consume_batches
 from mgrpo.services.context import (
     Queues,
     agent_engine,
-    build_tool,
     refresh_weights,
     round_spec,
+    tool_for_run,
 )
 from mgrpo.services.dispatch import BusDispatch, new_reply_suffix, registered_queue, worker_id
 from mgrpo.services.tree_calls import play_tree_calls
@@ -77,9 +77,9 @@ class SubagentWorker:
         refresh_weights(store, engine, self.model, cfg.name, cfg)
         self.runtime = AgentRuntime(role=name, model=self.model, engine=engine,
                                     tokenizer=tokenizer,
-                                    tool=build_tool(cfg, tool, settings) if tool else None,
+                                    tool=tool_for_run(cfg, tool, settings) if tool else None,
                                     description=description or role_description(
-                                        name, cfg.descriptions), turn_format=make_turn_format(
+                                        name, cfg.descriptions), turn_format=build_turn_format(
                                         cfg.protocol.format, tokenizer,
                                         cfg.protocol.tool_call_format,
                                         cfg.protocol.template_text()))
