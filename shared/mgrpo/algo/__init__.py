@@ -20,7 +20,6 @@
 No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
 """
 
-from mgrpo.algo.alignment import AlignedSlots, align_batch, align_subagents, auto_d
 from mgrpo.algo.advantages import (
     AlignedAdvantages,
     GroupAdvantages,
@@ -35,6 +34,7 @@ from mgrpo.algo.advantages import (
     planner_advantages,
     subagent_advantages,
 )
+from mgrpo.algo.alignment import AlignedSlots, align_batch, align_subagents, auto_d
 from mgrpo.algo.estimators import (
     AdvantageBatch,
     Advantages,

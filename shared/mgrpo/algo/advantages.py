@@ -29,6 +29,7 @@ from torch import Tensor
 from mgrpo.algo.alignment import AlignedSlots, align_batch, auto_d
 from mgrpo.algo.groups import Scale, dynamic_sampling_mask, group_advantages
 
+
 class GroupAdvantages(NamedTuple):
     advantages: Tensor  # (N,) float
     keep: Tensor  # (N,) bool: False = leave out of the loss (DAPO-filtered)
