@@ -49,7 +49,7 @@ def _check_serve_options(line: str, cwd: Path, env: dict) -> None:
 
 def test_the_guide_runs_as_written(tmp_path):
     found = blocks()
-    assert sum(1 for marker, _, _ in found if marker.startswith("file:")) == 6
+    assert sum(1 for marker, _, _ in found if marker.startswith("file:")) == 7
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path),
                                                         os.environ.get("PYTHONPATH", "")]),

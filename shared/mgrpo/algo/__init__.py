@@ -4,7 +4,10 @@
   reward
 - ``groups``: group statistics, group-relative advantages, DAPO filter, greedy choice
 - ``alignment``: sub-agent trajectory alignment to d slots per rollout, auto d
-- ``estimators``: the registry (``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``)
+- ``advantages``: the advantage math of GRPO, Dr. GRPO, M-GRPO (alignment) and AT-GRPO
+- ``estimators``: the estimator registry, one signature (``grpo``, ``dr_grpo``, ``mgrpo``,
+  ``at_grpo``)
+- ``algorithms``: the algorithm registry (``mgrpo``, ``at_grpo``, ``grpo``)
 - ``loss``: token-level clipped policy loss, the one aggregation function
 - ``schedules``: learning-rate schedules (constant, linear, cosine) with warm-up
 - ``kl``: the KL estimators k1, k2, k3, k1+, k3+ (values, gradients, KL in the reward)
@@ -17,8 +20,7 @@
 No I/O, no store, no bus, no model code. See ``docs/algorithm.md`` for equation -> function.
 """
 
-from mgrpo.algo.alignment import AlignedSlots, align_batch, align_subagents, auto_d
-from mgrpo.algo.estimators import (
+from mgrpo.algo.advantages import (
     AlignedAdvantages,
     GroupAdvantages,
     MGRPOAdvantages,
@@ -27,13 +29,20 @@ from mgrpo.algo.estimators import (
     at_grpo_group_ids,
     call_counts,
     dr_grpo_advantages,
-    estimator_names,
-    get_estimator,
     grpo_advantages,
     mgrpo_advantages,
     planner_advantages,
-    register_estimator,
     subagent_advantages,
+)
+from mgrpo.algo.alignment import AlignedSlots, align_batch, align_subagents, auto_d
+from mgrpo.algo.estimators import (
+    AdvantageBatch,
+    Advantages,
+    Alignment,
+    EstimatorConfig,
+    estimator_names,
+    get_estimator,
+    register_estimator,
 )
 from mgrpo.algo.groups import (
     GroupStats,
@@ -68,7 +77,8 @@ from mgrpo.algo.schedules import LR_SCHEDULES, lr_at
 __all__ = [
     "AGG_MODES", "KL_ESTIMATORS", "KL_LOSS_ESTIMATORS", "LR_SCHEDULES", "PLANNER_WEIGHTS",
     "ROLLOUT_IS_LEVELS", "SUBAGENT_WEIGHTS",
-    "AlignedAdvantages", "AlignedSlots", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
+    "AdvantageBatch", "Advantages", "AlignedAdvantages", "AlignedSlots", "Alignment",
+    "EstimatorConfig", "GroupAdvantages", "GroupStats", "MGRPOAdvantages",
     "SubagentRollouts",
     "advantages_from_stats", "aggregate_loss", "align_batch", "align_subagents",
     "at_grpo_advantages", "at_grpo_group_ids", "auto_d", "call_counts", "dr_grpo_advantages",

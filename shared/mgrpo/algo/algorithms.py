@@ -1,10 +1,12 @@
 """The training algorithms, registered by name: ``mgrpo``, ``at_grpo``, ``grpo``.
 
-An algorithm is one small object: how its rounds are played, how its samples are grouped and
-scored, and which options it allows. Both modes (embedded and the services) look it up here
-and read its fields; no code outside this module compares algorithm names.
+An algorithm is one small object: how its rounds are played, which registered estimator
+groups and scores its samples, how many turns a sample spans, and which options it allows.
+Both modes (embedded and the services) look it up here (``register_algorithm`` /
+``get_algorithm`` / ``algorithm_names``, the one registry form of ``mgrpo.registry``) and read
+its fields; no code outside this module compares algorithm names.
 
-| name    | play     | groups (advantage estimator)       | turns/sample | async | KL in reward |
+| name    | play     | groups (advantage estimator)       | max_turns    | async | KL in reward |
 | ------- | -------- | ---------------------------------- | ------------ | ----- | ------------ |
 | mgrpo   | delegate | planner: query; sub-agent: query,  | longest      | yes   | yes          |
 |         |          | after alignment to d (``mgrpo``)   | agent's      |       |              |
@@ -24,21 +26,45 @@ or validate a run config (``mgrpo.training.config`` asks :func:`get_algorithm`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from mgrpo.registry import Registry
+
 Play = Literal["delegate", "inline", "tree"]
-SampleTurns = Literal["longest_agent", "planner_with_inline_calls", "one"]
+MaxTurns = Callable[[int, int], int]  # (planner_max_turns, subagent_max_turns) -> turns
+
+
+def longest_agent(planner_max_turns: int, subagent_max_turns: int) -> int:
+    """A sample is one agent's trajectory: the longer agent's turn limit."""
+    return max(planner_max_turns, subagent_max_turns)
+
+
+def planner_with_inline_calls(planner_max_turns: int, subagent_max_turns: int) -> int:
+    """A sample is the planner's trajectory with every call's turns played inline."""
+    return planner_max_turns * (1 + subagent_max_turns)
+
+
+def one_turn(planner_max_turns: int, subagent_max_turns: int) -> int:
+    """A sample is one turn's action."""
+    return 1
 
 
 @dataclass(frozen=True)
 class Algorithm:
+    """One training algorithm: how its rounds are played (``play``), the registered advantage
+    estimator that scores its samples (``estimator``, ``mgrpo.algo.estimators``) and that
+    estimator's default groups (``grouping``, ``GROUPINGS``), the most turns one trained
+    sample spans (``max_turns``: Dr. GRPO's L), and which options it allows."""
+
     name: str
     title: str  # as the papers write it
     description: str
     play: Play
-    estimator: str  # the advantage estimator (mgrpo.algo.estimators) that groups its samples
-    sample_turns: SampleTurns  # the most turns one trained sample spans (Dr. GRPO's L)
+    estimator: str
+    grouping: str  # which of (query, agent, turn) key a group (workflow.grouping overrides)
+    max_turns: MaxTurns
     asynchronous: bool  # may sample round n+1 while round n trains (max_staleness > 0)
     kl_in_reward: bool  # takes loss.kl_in_reward (a KL penalty on each trajectory's reward)
 
@@ -52,50 +78,24 @@ class Algorithm:
         """One agent, the planner, plays every role (no sub-agent agents or workers)."""
         return self.play == "inline"
 
-    def max_turns(self, planner_max_turns: int, subagent_max_turns: int) -> int:
-        """Turns one trained sample can span, for the loss's constant length."""
-        if self.sample_turns == "one":
-            return 1
-        if self.sample_turns == "planner_with_inline_calls":
-            return planner_max_turns * (1 + subagent_max_turns)
-        return max(planner_max_turns, subagent_max_turns)
+
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "algorithm", hint="one of your own: register_algorithm(name, Algorithm(...)) in a module "
+    "named under `plugins:`")
+register_algorithm = ALGORITHMS.register
+get_algorithm = ALGORITHMS.get
+algorithm_names = ALGORITHMS.names
 
 
-_ALGORITHMS: dict[str, Algorithm] = {}
-
-
-def register_algorithm(algorithm: Algorithm) -> Algorithm:
-    """Register ``algorithm`` under its name; a second, different one of that name is refused."""
-    known = _ALGORITHMS.get(algorithm.name)
-    if known is not None and known != algorithm:
-        raise ValueError(f"algorithm {algorithm.name!r} is already registered; pick another "
-                         "name")
-    _ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
-
-
-def get_algorithm(name: str) -> Algorithm:
-    """The algorithm registered as ``name``; an unknown name lists the valid ones."""
-    try:
-        return _ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; valid: {algorithm_names()}") from None
-
-
-def algorithm_names() -> list[str]:
-    return sorted(_ALGORITHMS)
-
-
-register_algorithm(Algorithm(
-    name="mgrpo", title="M-GRPO", play="delegate", estimator="mgrpo",
-    sample_turns="longest_agent", asynchronous=True, kl_in_reward=True,
+register_algorithm("mgrpo", Algorithm(
+    name="mgrpo", title="M-GRPO", play="delegate", estimator="mgrpo", grouping="naive",
+    max_turns=longest_agent, asynchronous=True, kl_in_reward=True,
     description="planner + sub-agents, per-agent groups with alignment"))
-register_algorithm(Algorithm(
-    name="at_grpo", title="AT-GRPO", play="tree", estimator="at_grpo", sample_turns="one",
-    asynchronous=False, kl_in_reward=False,
+register_algorithm("at_grpo", Algorithm(
+    name="at_grpo", title="AT-GRPO", play="tree", estimator="at_grpo", grouping="agent_turn",
+    max_turns=one_turn, asynchronous=False, kl_in_reward=False,
     description="tree sampling, groups (query, agent, turn)"))
-register_algorithm(Algorithm(
-    name="grpo", title="GRPO", play="inline", estimator="grpo",
-    sample_turns="planner_with_inline_calls", asynchronous=True,
-    kl_in_reward=True,
+register_algorithm("grpo", Algorithm(
+    name="grpo", title="GRPO", play="inline", estimator="grpo", grouping="naive",
+    max_turns=planner_with_inline_calls, asynchronous=True, kl_in_reward=True,
     description="single agent, the planner calls the tools itself"))

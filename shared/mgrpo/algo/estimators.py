@@ -1,259 +1,148 @@
-"""Advantage estimators, registered by name: ``grpo``, ``dr_grpo``, ``mgrpo``, ``at_grpo``.
+"""Advantage estimators, registered by name and called with one signature: ``grpo``,
+``dr_grpo``, ``mgrpo``, ``at_grpo``.
 
-Each estimator is a pure function from rewards (plus the ids that define its groups) to
-per-sample advantages and a ``keep`` flag. ``keep`` is False for samples that must not enter
-the loss: masked alignment slots (d_k = 0) and, with ``dynamic_sampling=True``, every sample of
-a group with zero reward variance (DAPO). The trainer multiplies its response mask by ``keep``.
+An estimator is a function ``(batch: AdvantageBatch, config: EstimatorConfig) -> Advantages``
+(verl's ``register_adv_est`` / ``get_adv_estimator_fn``): one role's (or one model's) samples
+in, one advantage and ``keep`` flag per trained row out. A trainer looks its estimator up by
+the run's name for it (the algorithm's ``estimator``, or ``loss.advantage_estimator``) and
+calls it; nothing compares estimator names::
 
-| name      | groups                                     | scale        |
-| --------- | ------------------------------------------ | ------------ |
-| grpo      | caller's group_ids (the query)             | std          |
-| dr_grpo   | caller's group_ids (the query)             | none         |
-| mgrpo     | planner: query; sub-agent: query, after    | std or none  |
-|           | alignment to d slots per rollout           |              |
-| at_grpo   | (query, agent, turn)                       | std or none  |
+    from mgrpo.algo.estimators import register_estimator
 
-The inputs differ by estimator (an aligned sub-agent batch is not a flat reward vector), so
-``get_estimator(name)`` returns the function and the caller passes that estimator's arguments.
+    @register_estimator("my_estimator")
+    def my_estimator(batch, config):
+        ...
+        return Advantages.per_sample(batch, advantages, keep, group_ids)
 
-What this module does NOT do: compute rewards, losses, or read/write the stats store. In the
-distributed system each trainer calls :func:`planner_advantages` or
-:func:`subagent_advantages` for its own model; ``mgrpo`` runs both sides at once (embedded).
+| name      | groups                                                | scale             |
+| --------- | ----------------------------------------------------- | ----------------- |
+| grpo      | the query                                             | ``config.scale``  |
+| dr_grpo   | the query                                             | none              |
+| mgrpo     | the query; with ``batch.alignment`` (a sub-agent      | ``config.scale``  |
+|           | role) after alignment to d slots per rollout          |                   |
+| at_grpo   | ``config.grouping`` of (query, agent, turn)           | ``config.scale``  |
+
+What this module does NOT do: the math (``mgrpo.algo.advantages``), compute rewards, or know
+a run config (``mgrpo.training.scoring`` builds the batch and the config from one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from mgrpo.algo.alignment import AlignedSlots, align_batch, auto_d
-from mgrpo.algo.groups import Scale, dynamic_sampling_mask, group_advantages
-
-_ESTIMATORS: dict[str, Callable[..., Any]] = {}
-
-
-def register_estimator(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register an advantage estimator under ``name`` (verl's ``register_adv_est``)."""
-    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in _ESTIMATORS and _ESTIMATORS[name] is not fn:
-            raise ValueError(f"estimator {name!r} is already registered "
-                             f"({_ESTIMATORS[name].__qualname__}); pick another name")
-        _ESTIMATORS[name] = fn
-        return fn
-    return decorator
+from mgrpo.algo.advantages import (
+    at_grpo_advantages,
+    dr_grpo_advantages,
+    planner_advantages,
+    subagent_advantages,
+)
+from mgrpo.algo.groups import Scale
+from mgrpo.registry import Registry
 
 
-def get_estimator(name: str) -> Callable[..., Any]:
-    """The estimator registered as ``name``; an unknown name lists the valid ones."""
-    try:
-        return _ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: "
-                         f"{sorted(_ESTIMATORS)}") from None
+@dataclass(frozen=True)
+class Alignment:
+    """The M-GRPO sub-agent side's alignment: every (query, rollout) of ``num_rollouts`` to
+    ``d`` slots, the duplicates and drops drawn with ``seed``."""
+
+    num_rollouts: int
+    d: int
+    seed: int
 
 
-def estimator_names() -> list[str]:
-    return sorted(_ESTIMATORS)
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """N samples of one trainer's role (or model): rewards and the ids that may key a group.
+    Ids are dense long tensors (query and agent: indices into the caller's sorted keys)."""
+
+    rewards: Tensor  # (N,) float
+    query_ids: Tensor  # (N,) long
+    agent_ids: Tensor  # (N,) long: the role
+    turn_ids: Tensor  # (N,) long: the team turn (AT-GRPO's candidates), 0 where none
+    rollout_ids: Tensor  # (N,) long in [0, K)
+    alignment: Alignment | None = None  # an M-GRPO sub-agent role's; None elsewhere
 
 
-class GroupAdvantages(NamedTuple):
-    advantages: Tensor  # (N,) float
-    keep: Tensor  # (N,) bool: False = leave out of the loss (DAPO-filtered)
-    group_ids: Tensor  # (N,) long: the group each sample was normalised in
+@dataclass(frozen=True)
+class EstimatorConfig:
+    """The loss section's options an estimator reads (each reads the ones it needs)."""
+
+    scale: Scale = "std"  # std: GRPO; none: Dr. GRPO
+    eps: float = 1e-6
+    dynamic_sampling: bool = False  # DAPO: leave out the groups with equal rewards
+    grouping: str = "agent_turn"  # which of (query, agent, turn) key a group (GROUPINGS)
 
 
-class AlignedAdvantages(NamedTuple):
-    """One sub-agent type's aligned slots with their rewards and advantages (S rows)."""
+class Advantages(NamedTuple):
+    """One row per trained sample (S rows; S = N unless the estimator aligns)."""
 
-    traj_index: Tensor  # (S,) long into the input trajectories, -1 on masked slots
-    weight: Tensor  # (S,) float 0/1
-    group_ids: Tensor  # (S,) long: query id
-    rollout: Tensor  # (S,) long: rollout k
-    rewards: Tensor  # (S,) float: the reward of traj_index, 0 on masked slots
-    advantages: Tensor  # (S,) float: 0 on masked slots
-    keep: Tensor  # (S,) bool: weight > 0, and the group varies if dynamic_sampling
+    advantages: Tensor  # (S,) float
+    keep: Tensor  # (S,) bool: False = leave out of the loss
+    group_ids: Tensor  # (S,) long: the group each row was normalised in
+    sample: Tensor  # (S,) long: the batch sample the row trains, -1 on a masked slot
+    rewards: Tensor  # (S,) float: that sample's reward, 0 on a masked slot
 
-
-class SubagentRollouts(NamedTuple):
-    """One sub-agent type's trajectories for a batch (n rows), input of ``mgrpo``."""
-
-    query_index: Tensor  # (n,) long
-    rollout_index: Tensor  # (n,) long in [0, K)
-    rewards: Tensor  # (n,) float: R_S (Eq. 5)
+    @classmethod
+    def per_sample(cls, batch: AdvantageBatch, advantages: Tensor, keep: Tensor,
+                   group_ids: Tensor) -> Advantages:
+        """Rows that are the batch's samples, in order (every estimator that does not align)."""
+        return cls(advantages, keep, group_ids, torch.arange(len(batch.rewards)),
+                   batch.rewards)
 
 
-class MGRPOAdvantages(NamedTuple):
-    planner: GroupAdvantages
-    subagents: dict[str, AlignedAdvantages]
-    d: dict[str, int]  # the d used per sub-agent type (resolved from 'auto')
+Estimator = Callable[[AdvantageBatch, EstimatorConfig], Advantages]
 
-
-def _keep(rewards: Tensor, group_ids: Tensor, dynamic_sampling: bool,
-          mask: Tensor | None = None) -> Tensor:
-    if dynamic_sampling:
-        return dynamic_sampling_mask(rewards, group_ids, mask)
-    return torch.ones_like(rewards, dtype=torch.bool) if mask is None else mask.bool()
+ESTIMATORS: Registry[Estimator] = Registry(
+    "advantage estimator", hint="one of your own: @register_estimator(name) in a module named "
+    "under `plugins:`, selected with loss.advantage_estimator")
+register_estimator = ESTIMATORS.register
+get_estimator = ESTIMATORS.get
+estimator_names = ESTIMATORS.names
 
 
 @register_estimator("grpo")
-def grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6,
-                    dynamic_sampling: bool = False) -> GroupAdvantages:
-    """GRPO (Shao et al. 2024; M-GRPO Eq. 6-8): ``A = (r - mu_g) / (sigma_g + eps)``.
-
-    rewards (N,), group_ids (N,) -> GroupAdvantages of (N,) tensors.
-    """
-    adv = group_advantages(rewards, group_ids, scale="std", eps=eps)
-    return GroupAdvantages(adv, _keep(rewards, group_ids, dynamic_sampling), group_ids.long())
+def grpo(batch: AdvantageBatch, config: EstimatorConfig) -> Advantages:
+    """GRPO: one group per query, ``(r - mu) / (sigma + eps)`` (``config.scale``: none is
+    Dr. GRPO's ``r - mu``)."""
+    out = planner_advantages(batch.rewards, batch.query_ids, scale=config.scale,
+                             eps=config.eps, dynamic_sampling=config.dynamic_sampling)
+    return Advantages.per_sample(batch, *out)
 
 
 @register_estimator("dr_grpo")
-def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6,
-                       dynamic_sampling: bool = False) -> GroupAdvantages:
-    """Dr. GRPO (Liu et al. 2025): ``A = r - mu_g`` (no std scaling; eps unused).
-
-    rewards (N,), group_ids (N,) -> GroupAdvantages of (N,) tensors.
-    """
-    adv = group_advantages(rewards, group_ids, scale="none", eps=eps)
-    return GroupAdvantages(adv, _keep(rewards, group_ids, dynamic_sampling), group_ids.long())
-
-
-def planner_advantages(rewards: Tensor, query_ids: Tensor, *, scale: Scale = "std",
-                       eps: float = 1e-6, dynamic_sampling: bool = False) -> GroupAdvantages:
-    """M-GRPO planner advantages (Eq. 6-8): one group per query over its K rollouts.
-
-    rewards (N,) R_M (Eq. 4), query_ids (N,) -> GroupAdvantages of (N,) tensors.
-    """
-    adv = group_advantages(rewards, query_ids, scale=scale, eps=eps)
-    return GroupAdvantages(adv, _keep(rewards, query_ids, dynamic_sampling), query_ids.long())
-
-
-def subagent_advantages(query_index: Tensor, rollout_index: Tensor, rewards: Tensor, *,
-                        num_rollouts: int, d: int, generator: torch.Generator,
-                        scale: Scale = "std", eps: float = 1e-6,
-                        dynamic_sampling: bool = False) -> AlignedAdvantages:
-    """M-GRPO advantages of one sub-agent type (Eq. 9-13), for a batch of queries.
-
-    Aligns each query's sub-trajectories to d slots per rollout (:func:`align_batch`), then
-    per query: ``mu, sigma`` over its unmasked d*K slots (duplicates counted once per slot) and
-    ``A_slot = (R_S - mu) / (sigma + eps)``. Train on slot ``s`` the trajectory
-    ``traj_index[s]`` with advantage ``advantages[s]`` where ``keep[s]``.
-
-    Args:
-        query_index, rollout_index, rewards: (n,) per sub-trajectory.
-        num_rollouts: K. d: slots per rollout (resolve 'auto' with :func:`auto_d` first).
-        generator: seeded torch.Generator. scale, eps, dynamic_sampling: as in GRPO.
-
-    Returns:
-        AlignedAdvantages with S = (distinct queries) * K * d rows.
-    """
-    rewards = torch.as_tensor(rewards)
-    if rewards.shape != torch.as_tensor(query_index).shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)} must have one value per "
-                         f"sub-trajectory, like query_index {tuple(query_index.shape)}")
-    slots: AlignedSlots = align_batch(query_index, rollout_index, num_rollouts, d,
-                                      generator=generator)
-    real = slots.weight > 0
-    # Masked slots have traj_index -1; gather from a padded copy so they read 0.
-    padded = torch.cat([rewards, torch.zeros(1, dtype=rewards.dtype)])
-    slot_rewards = padded[torch.where(real, slots.traj_index, len(rewards))]
-    adv = group_advantages(slot_rewards, slots.group_ids, scale=scale, eps=eps, mask=real)
-    keep = _keep(slot_rewards, slots.group_ids, dynamic_sampling, real)
-    return AlignedAdvantages(*slots, slot_rewards, adv, keep)
+def dr_grpo(batch: AdvantageBatch, config: EstimatorConfig) -> Advantages:
+    """Dr. GRPO: one group per query, ``r - mu`` whatever ``config.scale``."""
+    out = dr_grpo_advantages(batch.rewards, batch.query_ids, eps=config.eps,
+                             dynamic_sampling=config.dynamic_sampling)
+    return Advantages.per_sample(batch, *out)
 
 
 @register_estimator("mgrpo")
-def mgrpo_advantages(planner_rewards: Tensor, planner_query_ids: Tensor,
-                     subagents: Mapping[str, SubagentRollouts], *, num_rollouts: int,
-                     d: int | str | Mapping[str, int | str], generator: torch.Generator,
-                     scale: Scale = "std", eps: float = 1e-6, dynamic_sampling: bool = False,
-                     d_quantile: float = 0.99) -> MGRPOAdvantages:
-    """M-GRPO (Hong et al. 2025, Eq. 6-13): planner and every sub-agent type at once.
-
-    Args:
-        planner_rewards, planner_query_ids: (N,) one per planner trajectory (N = B*K).
-        subagents: sub-agent type -> its SubagentRollouts.
-        num_rollouts: K. d: an int, "auto" (99th percentile of this batch's d_k, see
-            :func:`auto_d`), or a mapping per sub-agent type of either.
-        generator: seeded torch.Generator, consumed in sorted sub-agent-type order.
-
-    Returns:
-        MGRPOAdvantages: planner GroupAdvantages, per-type AlignedAdvantages, the d used.
-    """
-    planner = planner_advantages(planner_rewards, planner_query_ids, scale=scale, eps=eps,
-                                 dynamic_sampling=dynamic_sampling)
-    out: dict[str, AlignedAdvantages] = {}
-    used: dict[str, int] = {}
-    for name in sorted(subagents):
-        batch = subagents[name]
-        d_name = d[name] if isinstance(d, Mapping) else d
-        if d_name == "auto":
-            d_name = auto_d(call_counts(batch.query_index, batch.rollout_index,
-                                        planner_query_ids, num_rollouts), d_quantile)
-        used[name] = int(d_name)
-        out[name] = subagent_advantages(batch.query_index, batch.rollout_index, batch.rewards,
-                                        num_rollouts=num_rollouts, d=used[name],
-                                        generator=generator, scale=scale, eps=eps,
-                                        dynamic_sampling=dynamic_sampling)
-    return MGRPOAdvantages(planner, out, used)
-
-
-def call_counts(query_index: Tensor, rollout_index: Tensor, query_ids: Tensor,
-                num_rollouts: int) -> Tensor:
-    """d_k for every (query, rollout) of the batch, zeros included: input of :func:`auto_d`.
-
-    query_index, rollout_index: (n,) per sub-trajectory; query_ids: the batch's query ids
-    (any shape, duplicates allowed). Returns (Q*K,) long, Q = distinct queries.
-    """
-    queries = torch.unique(torch.as_tensor(query_ids).long().flatten())
-    counts = torch.zeros(queries.numel(), num_rollouts, dtype=torch.long)
-    query_index = torch.as_tensor(query_index).long()
-    rows = torch.searchsorted(queries, query_index).clamp(max=max(queries.numel() - 1, 0))
-    if query_index.numel() and (queries.numel() == 0 or (queries[rows] != query_index).any()):
-        raise ValueError("every sub-trajectory's query_index must be one of the planner's "
-                         "query ids; a sub-agent call without its planner rollout is orphaned")
-    counts.index_put_((rows, torch.as_tensor(rollout_index).long()),
-                      torch.ones_like(rows), accumulate=True)
-    return counts.flatten()
-
-
-# Which of (query, agent, turn) key a group, by grouping name: AT-GRPO's agent- and
-# turn-wise groups, or a naive GRPO's coarser ones (across turns, across roles, or both).
-GROUPINGS: dict[str, tuple[bool, bool]] = {  # name -> (agent in key, turn in key)
-    "agent_turn": (True, True), "agent": (True, False), "turn": (False, True),
-    "naive": (False, False)}
-
-
-def at_grpo_group_ids(query_ids: Tensor, agent_ids: Tensor, turn_ids: Tensor,
-                      grouping: str = "agent_turn") -> Tensor:
-    """Dense group id per sample, (N,) long in [0, G): the key (query, agent, turn) of
-    AT-GRPO (``grouping="agent_turn"``), (query, agent) (``"agent"``: one group across a
-    role's turns), (query, turn) (``"turn"``: one group across roles) or (query) alone
-    (``"naive"``: one group across roles and turns). Ids follow the keys' sorted order."""
-    if grouping not in GROUPINGS:
-        raise ValueError(f"grouping {grouping!r}: choose among {sorted(GROUPINGS)}")
-    by_agent, by_turn = GROUPINGS[grouping]
-    query = torch.as_tensor(query_ids).long()
-    parts = [query,
-             torch.as_tensor(agent_ids).long() if by_agent else torch.zeros_like(query),
-             torch.as_tensor(turn_ids).long() if by_turn else torch.zeros_like(query)]
-    return torch.unique(torch.stack(parts, 1), dim=0, return_inverse=True)[1]
+def mgrpo(batch: AdvantageBatch, config: EstimatorConfig) -> Advantages:
+    """M-GRPO: the planner's samples one group per query (Eq. 6-8); a sub-agent role's
+    (``batch.alignment`` set) aligned to d slots per rollout first, one group per query over
+    its live slots (Eq. 9-13)."""
+    if batch.alignment is None:
+        return grpo(batch, config)
+    align = batch.alignment
+    out = subagent_advantages(batch.query_ids, batch.rollout_ids, batch.rewards,
+                              num_rollouts=align.num_rollouts, d=align.d,
+                              generator=torch.Generator().manual_seed(align.seed),
+                              scale=config.scale, eps=config.eps,
+                              dynamic_sampling=config.dynamic_sampling)
+    return Advantages(out.advantages, out.keep, out.group_ids, out.traj_index, out.rewards)
 
 
 @register_estimator("at_grpo")
-def at_grpo_advantages(rewards: Tensor, query_ids: Tensor, agent_ids: Tensor,
-                       turn_ids: Tensor, *, scale: Scale = "std", eps: float = 1e-6,
-                       dynamic_sampling: bool = False,
-                       grouping: str = "agent_turn") -> GroupAdvantages:
-    """AT-GRPO (Stronger-MAS, Zhao et al. 2025): GRPO with group key (query, agent, turn).
-
-    rewards (N,) turn rewards ``alpha*r_team + r_local`` of the K candidates sampled from the
-    same state; query_ids, agent_ids, turn_ids (N,) long. Returns GroupAdvantages whose
-    ``group_ids`` are the dense group indices of ``grouping`` (:func:`at_grpo_group_ids`;
-    anything but ``agent_turn`` is the naive multi-agent GRPO the paper compares against).
-    """
-    group_ids = at_grpo_group_ids(query_ids, agent_ids, turn_ids, grouping)
-    adv = group_advantages(rewards, group_ids, scale=scale, eps=eps)
-    return GroupAdvantages(adv, _keep(rewards, group_ids, dynamic_sampling), group_ids)
+def at_grpo(batch: AdvantageBatch, config: EstimatorConfig) -> Advantages:
+    """AT-GRPO: one group per ``config.grouping`` of (query, agent, turn)."""
+    out = at_grpo_advantages(batch.rewards, batch.query_ids, batch.agent_ids, batch.turn_ids,
+                             scale=config.scale, eps=config.eps,
+                             dynamic_sampling=config.dynamic_sampling,
+                             grouping=config.grouping)
+    return Advantages.per_sample(batch, *out)

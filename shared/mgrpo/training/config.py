@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm
+from mgrpo.algo.estimators import get_estimator
 from mgrpo.engines.registry import engine_kind
 from mgrpo.envs.judges import check_judge_kind
 from mgrpo.envs.verifiers import check_verifier
@@ -336,6 +337,11 @@ class RunConfig(StrictModel):
         return s.max_new_tokens * self.algo.max_turns(s.planner_max_turns,
                                                       s.subagent_max_turns)
 
+    def advantage_estimator(self) -> str:
+        """The registered advantage estimator this run's trainers call
+        (``mgrpo.algo.estimators``): ``loss.advantage_estimator``, else the algorithm's."""
+        return self.loss.advantage_estimator or self.algo.estimator
+
     def optimizer_steps(self, model: str) -> int:
         """The optimizer steps model ``model`` takes over the run: every stage's rounds x
         ``mini_batches`` x ``ppo_epochs`` (or its ``lr_total_steps``): the span of a linear
@@ -362,6 +368,10 @@ def check_plugin_specs(cfg: RunConfig) -> None:
     for name in dict.fromkeys([*cfg.tools, *cfg.role_tools.values()]):
         check_tool(name, cfg.tools)
     check_verifier(cfg.verifier)
+    try:
+        get_estimator(cfg.advantage_estimator())
+    except ValueError as exc:
+        raise ValueError(f"loss.advantage_estimator: {exc}") from None
     for role, judge in cfg.judges.items():
         check_judge_kind(judge.kind, f"judges.{role}.kind")
 

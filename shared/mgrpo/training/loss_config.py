@@ -71,6 +71,10 @@ class LossConfig(StrictModel):
         "with dtype: bfloat16, whose sampler runs float32 weights; or max_staleness > 0), "
         "else none (TRL turns its correction on by default the same way).")
     rollout_is_threshold: float = Field(2.0, ge=1.0, description="Cap C of the IS weights.")
+    advantage_estimator: str | None = Field(
+        None, description="A registered advantage estimator (mgrpo.algo.estimators: grpo, "
+        "dr_grpo, mgrpo, at_grpo, or one a `plugins:` module registers) in place of the "
+        "algorithm's own (verl: algorithm.adv_estimator). None: the algorithm's.")
     scale: Literal["std", "none"] = Field(
         "std", description="std: GRPO advantage (r-mu)/(sigma+eps). none: Dr. GRPO, r-mu.")
     dynamic_sampling: bool = Field(

@@ -4,7 +4,8 @@ and '1.3 Group-relative advantages').
 The planner side scores each episode (:func:`score_episode`) and writes the outcome to the
 stats store; a sub-agent trainer reads those outcomes back (``r_correct_main``) and never
 sees the planner's tokens. :func:`build_samples` turns one model's trajectories plus the
-outcomes into training samples with advantages, using only the math in ``mgrpo.algo``.
+outcomes into training samples with advantages: :func:`estimate` calls the run's registered
+advantage estimator (``mgrpo.algo.estimators``) on an :class:`AdvantageBatch`.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from dataclasses import dataclass
 
 import torch
 
-from mgrpo.algo import (
-    group_stats,
-    planner_advantages,
-    planner_reward,
-    subagent_advantages,
-    subagent_reward,
+from mgrpo.algo import group_stats, planner_reward, subagent_reward
+from mgrpo.algo.estimators import (
+    AdvantageBatch,
+    Advantages,
+    Alignment,
+    EstimatorConfig,
+    get_estimator,
 )
 from mgrpo.envs.judges import ExpertJudges, LLMExpertJudge, Verdict
 from mgrpo.store.records import DCount
 from mgrpo.store.records import PlannerOutcomeIn as PlannerOutcome
-from mgrpo.training.config import RunConfig
+from mgrpo.training.config import LossConfig, RunConfig
 from mgrpo.types import Trajectory
 
 
@@ -106,58 +108,86 @@ def subagent_rewards(trajs: list[Trajectory], outcomes: dict[tuple[str, int], Pl
     return rewards
 
 
-def _stats(agent: str, rewards: torch.Tensor, group_ids: torch.Tensor, keys: list[str],
-           mask: torch.Tensor | None = None) -> list[GroupStat]:
-    stats = group_stats(rewards, group_ids, mask=mask)
-    return [GroupStat(agent, keys[int(g)], int(n), float(m), float(s))
-            for g, n, m, s in zip(*stats, strict=True)]
+def _index(values) -> dict:
+    return {v: i for i, v in enumerate(sorted(set(values)))}
 
 
-def _index(keys: list[str]) -> dict[str, int]:
-    return {k: i for i, k in enumerate(keys)}
+def advantage_batch(trajs: list[Trajectory], rewards: torch.Tensor,
+                    alignment: Alignment | None = None) -> AdvantageBatch:
+    """``trajs`` as an estimator's batch: query and agent as indices into their sorted ids,
+    the turn (0 where a trajectory has none) and the rollout."""
+    queries, agents = _index(t.query_id for t in trajs), _index(t.agent for t in trajs)
+    return AdvantageBatch(
+        rewards=rewards,
+        query_ids=torch.tensor([queries[t.query_id] for t in trajs], dtype=torch.long),
+        agent_ids=torch.tensor([agents[t.agent] for t in trajs], dtype=torch.long),
+        turn_ids=torch.tensor([int(t.turn or 0) for t in trajs], dtype=torch.long),
+        rollout_ids=torch.tensor([t.rollout for t in trajs], dtype=torch.long),
+        alignment=alignment)
+
+
+def estimator_config(loss: LossConfig, grouping: str = "agent_turn") -> EstimatorConfig:
+    """The loss options an estimator reads, and the grouping of (query, agent, turn)."""
+    return EstimatorConfig(scale=loss.scale, eps=loss.eps,
+                           dynamic_sampling=loss.dynamic_sampling, grouping=grouping)
+
+
+def estimate(batch: AdvantageBatch, cfg: RunConfig) -> Advantages:
+    """The run's advantage estimator (:meth:`RunConfig.advantage_estimator`) on ``batch``;
+    the grouping is the workflow's (``workflow.grouping``), else the algorithm's."""
+    grouping = cfg.workflow.grouping if cfg.workflow is not None else cfg.algo.grouping
+    return get_estimator(cfg.advantage_estimator())(batch, estimator_config(cfg.loss, grouping))
+
+
+def advantage_samples(trajs: list[Trajectory], rewards: torch.Tensor, cfg: RunConfig,
+                      alignment: Alignment | None = None) -> tuple[list[Sample], Advantages]:
+    """One role's trajectories and rewards -> the kept rows as samples (a row the estimator
+    duplicated, as alignment does, is two samples), and the estimator's rows."""
+    adv = estimate(advantage_batch(trajs, rewards, alignment), cfg)
+    samples = [Sample(trajs[int(i)], float(a), float(r))
+               for i, a, r, keep in zip(adv.sample, adv.advantages, adv.rewards, adv.keep,
+                                        strict=True) if keep]
+    return samples, adv
+
+
+def query_group_stats(trajs: list[Trajectory], adv: Advantages) -> list[GroupStat]:
+    """One :class:`GroupStat` per advantage group over its live rows (a masked slot is not
+    one), keyed by the query ids of its samples."""
+    live = adv.sample >= 0
+    keys: dict[int, set[str]] = {}
+    for g, i in zip(adv.group_ids[live].tolist(), adv.sample[live].tolist(), strict=True):
+        keys.setdefault(g, set()).add(trajs[i].query_id)
+    stats = group_stats(adv.rewards, adv.group_ids, mask=live)
+    return [GroupStat(trajs[0].agent, "+".join(sorted(keys[int(g)])), int(n), float(m),
+                      float(s)) for g, n, m, s in zip(*stats, strict=True)]
 
 
 def planner_samples(trajs: list[Trajectory], outcomes: dict[tuple[str, int], PlannerOutcome],
                     cfg: RunConfig, penalties: list[float] | None = None,
                     ) -> tuple[list[Sample], list[GroupStat]]:
-    """Planner advantages: one group per query over its K rollouts (Eq. 6-8). ``penalties``
-    (one per trajectory, ``loss.kl_in_reward``) are subtracted from the rewards first."""
+    """The planner's samples: its rewards R_M (Eq. 4) through the run's estimator (M-GRPO,
+    GRPO: one group per query over its K rollouts, Eq. 6-8). ``penalties`` (one per
+    trajectory, ``loss.kl_in_reward``) are subtracted from the rewards first."""
     if not trajs:
         return [], []
-    keys = sorted({t.query_id for t in trajs})
-    index = _index(keys)
     rewards = torch.tensor([outcomes[(t.query_id, t.rollout)].reward for t in trajs])
     if penalties is not None:
         rewards = rewards - torch.tensor(penalties, dtype=rewards.dtype)
-    groups = torch.tensor([index[t.query_id] for t in trajs], dtype=torch.long)
-    adv = planner_advantages(rewards, groups, scale=cfg.loss.scale, eps=cfg.loss.eps,
-                             dynamic_sampling=cfg.loss.dynamic_sampling)
-    samples = [Sample(t, float(a), float(r))
-               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
-               if keep]
-    return samples, _stats(trajs[0].agent, rewards, groups, keys)
+    samples, adv = advantage_samples(trajs, rewards, cfg)
+    return samples, query_group_stats(trajs, adv)
 
 
 def subagent_samples(trajs: list[Trajectory], rewards: list[float], k: int, d: int,
                      cfg: RunConfig, seed: int) -> tuple[list[Sample], list[GroupStat]]:
-    """Sub-agent advantages for ONE role (Eq. 9-13): per query, every rollout aligned to d
-    slots (duplicate/drop uniformly, d_k = 0 masked), statistics over the live slots. A
-    duplicated trajectory yields two samples, as in the paper."""
+    """The samples of ONE sub-agent role through the run's estimator, with the alignment
+    (K rollouts to d slots, drawn with ``seed``) for one that aligns (M-GRPO, Eq. 9-13: per
+    query, every rollout aligned to d slots, d_k = 0 masked, statistics over the live
+    slots)."""
     if not trajs:
         return [], []
-    keys = sorted({t.query_id for t in trajs})
-    index = _index(keys)
-    aligned = subagent_advantages(
-        torch.tensor([index[t.query_id] for t in trajs], dtype=torch.long),
-        torch.tensor([t.rollout for t in trajs], dtype=torch.long),
-        torch.tensor(rewards, dtype=torch.float32), num_rollouts=k, d=d,
-        generator=torch.Generator().manual_seed(seed), scale=cfg.loss.scale, eps=cfg.loss.eps,
-        dynamic_sampling=cfg.loss.dynamic_sampling)
-    samples = [Sample(trajs[int(i)], float(a), float(r))
-               for i, a, r, keep in zip(aligned.traj_index, aligned.advantages,
-                                        aligned.rewards, aligned.keep, strict=True) if keep]
-    live = aligned.weight > 0
-    return samples, _stats(trajs[0].agent, aligned.rewards, aligned.group_ids, keys, mask=live)
+    samples, adv = advantage_samples(trajs, torch.tensor(rewards, dtype=torch.float32), cfg,
+                                     Alignment(num_rollouts=k, d=d, seed=seed))
+    return samples, query_group_stats(trajs, adv)
 
 
 def d_counts(trajs: list[Trajectory], query_rollouts: list[tuple[str, int]]) -> list[DCount]:

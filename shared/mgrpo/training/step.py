@@ -7,8 +7,9 @@ have to fake trajectories, samples and group ids to reach :func:`policy_update`.
 1. every prompt is sampled ``group_size`` times by the engine (seed ``seed + i`` for the i-th
    request, so a step is reproducible and independent of batch composition);
 2. ``reward_fn(prompt_ids, completion)`` scores each completion;
-3. GRPO advantages per prompt group (``loss.scale``: std = GRPO, none = Dr. GRPO;
-   ``loss.dynamic_sampling`` leaves out groups with equal rewards);
+3. advantages per prompt group by ``loss.advantage_estimator`` (default ``grpo``;
+   ``loss.scale``: std = GRPO, none = Dr. GRPO; ``loss.dynamic_sampling`` leaves out groups
+   with equal rewards);
 4. :func:`mgrpo.training.update.policy_update` trains on them at the sampling temperature,
    with Dr. GRPO's constant L = ``max_new_tokens``.
 
@@ -24,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from mgrpo.algo.estimators import dr_grpo_advantages, grpo_advantages
+from mgrpo.algo.estimators import AdvantageBatch, get_estimator
 from mgrpo.engines.base import Completion, GenerationRequest, SamplingParams
 from mgrpo.engines.torch_engine import TorchEngine
 from mgrpo.training.config import LossConfig, ModelConfig
-from mgrpo.training.scoring import Sample
+from mgrpo.training.scoring import Sample, estimator_config
 from mgrpo.training.update import UpdateSpec, policy_update
 from mgrpo.types import Trajectory
 
@@ -84,9 +85,11 @@ def grpo_step(model: torch.nn.Module, tokenizer, optimizer: torch.optim.Optimize
     rewards = torch.tensor([float(reward_fn(r.prompt_ids, c))
                             for r, c in zip(requests, completions, strict=True)])
     group_ids = torch.arange(len(prompts)).repeat_interleave(group_size)
-    estimator = grpo_advantages if loss_cfg.scale == "std" else dr_grpo_advantages
-    adv = estimator(rewards, group_ids, eps=loss_cfg.eps,
-                    dynamic_sampling=loss_cfg.dynamic_sampling)
+    zeros = torch.zeros_like(group_ids)
+    batch = AdvantageBatch(rewards, group_ids, agent_ids=zeros, turn_ids=zeros,
+                           rollout_ids=torch.arange(len(requests)) % group_size)
+    adv = get_estimator(loss_cfg.advantage_estimator or "grpo")(batch,
+                                                                 estimator_config(loss_cfg))
     samples = []
     for i, c in enumerate(completions):
         if not bool(adv.keep[i]) or not c.completion_ids:

@@ -1,5 +1,6 @@
 """AT-GRPO's round around the tree sampler (``mgrpo.training.tree``), shared by both modes:
-:func:`at_grpo_samples` (advantages within each (query, agent, turn) group of K candidates),
+:func:`at_grpo_samples` (the run's estimator on the candidates: AT-GRPO's groups each
+(query, agent, turn) of K),
 :func:`train_tree_model` (one model's share: samples, group statistics, metrics, update;
 what embedded mode's round and the services' trainer both call), :func:`train_tree_models`
 (every model's share in this process: the embedded hierarchy's and turn team's rounds),
@@ -15,7 +16,6 @@ from typing import Any
 
 import torch
 
-from mgrpo.algo import at_grpo_advantages
 from mgrpo.store.records import PlannerOutcomeIn
 from mgrpo.training import rounds
 from mgrpo.training.config import RunConfig
@@ -23,7 +23,13 @@ from mgrpo.training.episodes import mix_seed
 from mgrpo.training.round_store import open_round, publish_stats, round_id_of
 from mgrpo.training.rounds import sample_questions
 from mgrpo.training.run_state import save_state
-from mgrpo.training.scoring import GroupStat, Sample, frac_zero_std, score_episode
+from mgrpo.training.scoring import (
+    GroupStat,
+    Sample,
+    advantage_samples,
+    frac_zero_std,
+    score_episode,
+)
 from mgrpo.training.tree import TreeEpisode, TreeSampler
 from mgrpo.types import Trajectory
 
@@ -35,29 +41,20 @@ def tree_seed(cfg: RunConfig, round_index: int) -> int:
 
 def at_grpo_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample],
                                                                       list[GroupStat]]:
-    """Advantages for the candidates of one model: GRPO within each (query, agent, turn)
-    group of K candidates (``at_grpo_advantages``; ``workflow.grouping`` may pool roles
-    and/or turns instead); rewards are the stored turn rewards."""
+    """Advantages for the candidates of one model through the run's estimator (AT-GRPO's:
+    GRPO within each (query, agent, turn) group of K candidates; ``workflow.grouping`` may
+    pool roles and/or turns instead); rewards are the stored turn rewards."""
     if not trajs:
         return [], []
     missing = [t.traj_id for t in trajs if t.reward is None or t.turn is None]
     if missing:
         raise ValueError(f"AT-GRPO samples need `reward` and `turn` on every trajectory; "
                          f"{missing[:3]} lack them (were they made by TreeSampler?)")
-    index = {name: {v: i for i, v in enumerate(sorted({getattr(t, name) for t in trajs}))}
-             for name in ("query_id", "agent")}
-    rewards = torch.tensor([float(t.reward) for t in trajs])
-    queries = torch.tensor([index["query_id"][t.query_id] for t in trajs])
-    agents = torch.tensor([index["agent"][t.agent] for t in trajs])
-    turns = torch.tensor([int(t.turn) for t in trajs])
-    adv = at_grpo_advantages(rewards, queries, agents, turns, scale=cfg.loss.scale,
-                             eps=cfg.loss.eps, dynamic_sampling=cfg.loss.dynamic_sampling,
-                             grouping=(cfg.workflow.grouping if cfg.workflow is not None
-                                       else "agent_turn"))
-    samples = [Sample(t, float(a), float(r))
-               for t, a, r, keep in zip(trajs, adv.advantages, rewards, adv.keep, strict=True)
-               if keep]
-    return samples, role_group_stats(trajs, rewards, adv.group_ids)
+    samples, adv = advantage_samples(trajs, torch.tensor([float(t.reward) for t in trajs]),
+                                     cfg)
+    live = adv.sample >= 0
+    rows = [trajs[i] for i in adv.sample[live].tolist()]
+    return samples, role_group_stats(rows, adv.rewards[live], adv.group_ids[live])
 
 
 def role_group_stats(trajs: list[Trajectory], rewards: torch.Tensor,

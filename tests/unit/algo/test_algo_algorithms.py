@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo.algo.algorithms import Algorithm, algorithm_names, get_algorithm, register_algorithm
+from mgrpo.algo.algorithms import (
+    Algorithm,
+    algorithm_names,
+    get_algorithm,
+    one_turn,
+    register_algorithm,
+)
 from mgrpo.algo.estimators import estimator_names
 
 
@@ -19,6 +25,7 @@ def test_registered_algorithms_and_their_fields():
         ("inline", False, True, True)
     for name in algorithm_names():  # each groups its samples with a registered estimator
         assert get_algorithm(name).estimator in estimator_names()
+    assert (mgrpo.grouping, at_grpo.grouping, grpo.grouping) == ("naive", "agent_turn", "naive")
 
 
 def test_max_turns_per_sample():
@@ -29,18 +36,18 @@ def test_max_turns_per_sample():
 
 
 def test_unknown_name_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown algorithm 'ppo'; valid: \['at_grpo', "
-                                         r"'grpo', 'mgrpo'\]"):
+    with pytest.raises(ValueError, match=r"unknown algorithm 'ppo'; valid: at_grpo, grpo, "
+                                         r"mgrpo \(one of your own: register_algorithm"):
         get_algorithm("ppo")
 
 
 def test_a_second_algorithm_of_a_name_is_refused():
-    register_algorithm(get_algorithm("mgrpo"))  # the same object again: fine
+    register_algorithm("mgrpo", get_algorithm("mgrpo"))  # the same object again: fine
     clash = Algorithm(name="mgrpo", title="X", description="", play="tree",
-                      estimator="grpo", sample_turns="one", asynchronous=False,
-                      kl_in_reward=False)
+                      estimator="grpo", grouping="naive", max_turns=one_turn,
+                      asynchronous=False, kl_in_reward=False)
     with pytest.raises(ValueError, match="already registered"):
-        register_algorithm(clash)
+        register_algorithm("mgrpo", clash)
     assert get_algorithm("mgrpo").play == "delegate"
 
 

@@ -1,4 +1,5 @@
-"""The estimator registry and the M-GRPO / AT-GRPO estimators, with hand-computed K = 4 cases."""
+"""The estimator registry (one signature: batch, config -> advantages) and the M-GRPO /
+AT-GRPO estimators, with hand-computed K = 4 cases."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import pytest
 import torch
 
 from mgrpo.algo import (
+    AdvantageBatch,
+    Alignment,
+    EstimatorConfig,
     SubagentRollouts,
     advantages_from_stats,
     align_batch,
@@ -17,6 +21,7 @@ from mgrpo.algo import (
     estimator_names,
     get_estimator,
     group_stats,
+    mgrpo_advantages,
     register_estimator,
     subagent_advantages,
 )
@@ -28,24 +33,35 @@ def gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def batch(rewards, queries, agents=None, turns=None, rollouts=None, alignment=None):
+    zeros = torch.zeros(len(rewards), dtype=torch.long)
+    return AdvantageBatch(rewards, queries, zeros if agents is None else agents,
+                          zeros if turns is None else turns,
+                          zeros if rollouts is None else rollouts, alignment)
+
+
 def test_registry_has_the_four_estimators_and_lists_them_on_error():
     assert estimator_names() == ["at_grpo", "dr_grpo", "grpo", "mgrpo"]
-    with pytest.raises(ValueError, match=r"'ppo'.*\['at_grpo', 'dr_grpo', 'grpo', 'mgrpo'\]"):
+    with pytest.raises(ValueError, match=r"'ppo'; valid: at_grpo, dr_grpo, grpo, mgrpo \("):
         get_estimator("ppo")
     with pytest.raises(ValueError, match="already registered"):
-        register_estimator("grpo")(lambda: None)
+        register_estimator("grpo")(lambda batch, config: None)
 
 
 def test_grpo_and_dr_grpo_hand_computed_k4_with_dapo_filter():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    out = get_estimator("grpo")(rewards, groups, dynamic_sampling=True)
+    out = get_estimator("grpo")(batch(rewards, groups), EstimatorConfig(dynamic_sampling=True))
     assert out.advantages.tolist() == pytest.approx(
         [SQRT3, -1 / SQRT3, -1 / SQRT3, -1 / SQRT3, 0, 0, 0, 0], abs=1e-5)
     assert out.keep.tolist() == [True] * 4 + [False] * 4  # all-correct group dropped
-    dr = get_estimator("dr_grpo")(rewards, groups)
+    assert out.sample.tolist() == list(range(8)) and torch.equal(out.rewards, rewards)
+    dr = get_estimator("dr_grpo")(batch(rewards, groups), EstimatorConfig())
     assert dr.advantages.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0])
     assert dr.keep.all()
+    # grpo takes loss.scale: none is Dr. GRPO's
+    same = get_estimator("grpo")(batch(rewards, groups), EstimatorConfig(scale="none"))
+    assert torch.equal(same.advantages, dr.advantages)
 
 
 def subagent_case():
@@ -82,9 +98,9 @@ def test_mgrpo_estimator_runs_planner_and_subagents():
     planner_rewards = torch.tensor([0.1, 1.0, 0.0, 1.0])
     planner_queries = torch.full((4,), 4)
     query, rollout, rewards = subagent_case()
-    out = get_estimator("mgrpo")(planner_rewards, planner_queries,
-                                 {"searcher": SubagentRollouts(query, rollout, rewards)},
-                                 num_rollouts=4, d="auto", generator=gen())
+    out = mgrpo_advantages(planner_rewards, planner_queries,
+                           {"searcher": SubagentRollouts(query, rollout, rewards)},
+                           num_rollouts=4, d="auto", generator=gen())
     sigma = math.sqrt((0.425**2 + 0.475**2 + 0.525**2 + 0.475**2) / 4)
     assert sigma == pytest.approx(0.476314, abs=1e-6)
     assert out.planner.advantages.tolist() == pytest.approx(
@@ -94,6 +110,22 @@ def test_mgrpo_estimator_runs_planner_and_subagents():
     searcher = out.subagents["searcher"]
     assert searcher.weight.tolist() == [1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1]
     assert torch.equal(searcher.weight > 0, searcher.keep)
+
+
+def test_the_mgrpo_estimator_aligns_a_subagent_batch_and_groups_a_planner_batch():
+    query, rollout, rewards = subagent_case()
+    queries = torch.zeros(6, dtype=torch.long)  # the dense index of query 4
+    side = get_estimator("mgrpo")(batch(rewards, queries, rollouts=rollout,
+                                        alignment=Alignment(num_rollouts=4, d=2, seed=0)),
+                                  EstimatorConfig())
+    direct = subagent_advantages(queries, rollout, rewards, num_rollouts=4, d=2,
+                                 generator=gen())
+    assert torch.equal(side.advantages, direct.advantages)
+    assert side.sample.tolist() == direct.traj_index.tolist()  # -1 on the masked slots
+    assert torch.equal(side.keep, direct.keep) and torch.equal(side.rewards, direct.rewards)
+    planner = get_estimator("mgrpo")(batch(rewards, queries), EstimatorConfig())
+    assert torch.equal(planner.advantages,
+                       get_estimator("grpo")(batch(rewards, queries), EstimatorConfig()).advantages)
 
 
 def test_call_counts_include_rollouts_without_calls():
@@ -109,13 +141,14 @@ def test_at_grpo_groups_by_query_agent_turn_hand_computed_k4():
     # (q0, agent 1, turn 0) gets (0.1, 1, 1, 0.1). Same query and turn, different agent.
     rewards = torch.tensor([1.0, 0.1, 0.0, 1.0, 0.0, 1.0, 0.0, 0.1])
     agents = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
-    out = get_estimator("at_grpo")(rewards, torch.zeros(8, dtype=torch.long), agents,
-                                   torch.zeros(8, dtype=torch.long))
+    out = get_estimator("at_grpo")(batch(rewards, torch.zeros(8, dtype=torch.long), agents),
+                                   EstimatorConfig())
     expected = [SQRT3, -1.0, -1 / SQRT3, 1.0, -1 / SQRT3, 1.0, -1 / SQRT3, -1.0]
     assert out.advantages.tolist() == pytest.approx(expected, abs=1e-5)
     assert out.group_ids.tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
-    none = get_estimator("at_grpo")(rewards, torch.zeros(8, dtype=torch.long), agents,
-                                    torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), scale="none")
+    none = get_estimator("at_grpo")(batch(rewards, torch.zeros(8, dtype=torch.long), agents,
+                                          torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])),
+                                    EstimatorConfig(scale="none"))
     # now four groups of two: (1, 0) | (0.1, 1) | (0, 0) | (1, 0.1)
     assert none.advantages.tolist() == pytest.approx(
         [0.5, -0.45, -0.5, 0.45, 0.0, 0.45, 0.0, -0.45], abs=1e-6)

@@ -52,7 +52,7 @@ def tree(bench, tools, tokenizer):
     question = next(q for q in bench.questions("train", stage=1)
                     if len(q.subtasks) == 1 and q.subtasks[0].agent == "searcher")
     cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
-                    k=4, at_grpo_alpha=0.5)
+                    k=4, at_grpo_alpha=0.5, algorithm="at_grpo")
     runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r), tokenizer,
                                 tool=tools.get(r)) for r in ("planner", "searcher")}
     sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
@@ -160,7 +160,7 @@ def _tree_rewards(bench, tools, tokenizer, question, options) -> dict:
     """AT-GRPO's tree on one question with scripted candidates (K = 4, alpha 0.5): each
     candidate's reward by (agent, turn, rollout)."""
     cfg = RunConfig(models={m: {"path": "unused"} for m in ("planner", "searcher", "coder")},
-                    k=4, at_grpo_alpha=0.5)
+                    k=4, at_grpo_alpha=0.5, algorithm="at_grpo")
     runtimes = {r: AgentRuntime(r, r, _engine(tokenizer, question, r, options), tokenizer,
                                 tool=tools.get(r)) for r in ("planner", "searcher")}
     sampler = TreeSampler(runtimes, [P.DEFAULT_AGENTS[0]], cfg, RuleExpertJudge(bench))
