@@ -68,3 +68,42 @@ def test_an_embedded_round_samples_with_vllm_and_vllm_gets_the_updated_weights(t
     assert got["after_tokens"] >= 8
     assert got["after_max_diff_new"] < TOLERANCE  # vLLM samples with the updated weights
     assert got["after_max_diff_start"] > 100 * TOLERANCE  # ... not with the old ones
+
+
+SHARED = Path(__file__).with_name("embedded_vllm_shared_base.py")
+
+
+def test_two_lora_agents_on_one_base_share_one_vllm_instance(tmp_path):
+    """planner and searcher as LoRA adapters on the warm planner's weights, both on vLLM:
+    load_models builds one vLLM instance and gives the searcher an adapter engine on it; two
+    rounds, each agent's adapter pushed after each, and vLLM's samples of each agent agree
+    with that agent's trainer, the planner's adapter having moved."""
+    from parity_kit import PARITY_SFT_STEPS
+    from round_harness import make_config
+
+    from mgrpo.experiments.tiny_assets import prepare_cached
+
+    venv = vllm_venv()
+    warm = prepare_cached(PARITY_SFT_STEPS)
+    cfg = make_config(warm, tmp_path / "run", b=4, k=2, name="vllm-shared-base")
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    base = data["models"]["planner"]["path"]
+    for role in ("planner", "searcher"):
+        data["models"][role] = {**data["models"][role], "path": base, "lr": 1e-3,
+                                "lora": {"r": 8, "alpha": 16}}
+    data["engines"] = {"planner": "vllm", "searcher": "vllm"}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(data))
+    log = tmp_path / "run.log"
+    with log.open("w") as err:
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), str(SHARED), str(config)], stdout=subprocess.PIPE,
+            stderr=err, text=True, timeout=1700, cwd=str(tmp_path), env=vllm_env())
+    assert done.returncode == 0 and done.stdout.strip(), log.read_text()[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    print_figure("two LoRA agents on one vLLM base: result", got)
+    assert got["one_instance"] is True
+    assert got["versions"] == [2, 2]
+    assert None not in got["lora_ids"] and len(set(got["lora_ids"])) == 2
+    assert got["grad_norm"]["planner/0"] > 0  # the planner's adapter moved in round 0
+    assert max(v for v in got["diff"].values() if v is not None) < TOLERANCE

@@ -117,8 +117,14 @@ def _vllm(spec: str, path: str, device: str, lora: Any = None, model: Any = None
         raise EngineUnavailable(f"engine 'vllm' is not installed in {sys.executable}. "
                                 f"{INSTALL_HINT}")
     lora_kwargs = ({} if lora is None else
-                   {"enable_lora": True, "max_lora_rank": lora_rank_cap(lora.r)})
+                   {"enable_lora": True, "max_lora_rank": lora_rank_cap(lora.r),
+                    "max_loras": VLLM_ADAPTER_SLOTS})
     return BuiltEngine(None, _tokenizer(path, tokenizer), VLLMEngine(path, **lora_kwargs))
+
+
+# adapters one vLLM instance holds at once: agents on one base (VLLMEngine.adapter_engine)
+# up to this many never swap adapters in and out (each slot is r x the layers' widths)
+VLLM_ADAPTER_SLOTS = 4
 
 
 def _remote(spec: str, path: str, device: str, lora: Any = None, model: Any = None,

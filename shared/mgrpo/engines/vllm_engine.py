@@ -104,6 +104,12 @@ class VLLMEngine:
         other.shares_base = True
         return other
 
+    def close(self) -> None:
+        """Stop vLLM's engine processes now rather than at interpreter exit; an adapter
+        engine leaves its base's instance to the engine that built it."""
+        if not self.shares_base:
+            self.llm.llm_engine.engine_core.shutdown()
+
     def _params(self, request: GenerationRequest):
         p = request.params
         return self._vllm.SamplingParams(

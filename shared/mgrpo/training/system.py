@@ -157,7 +157,8 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
     gets each new checkpoint through its ``load_weights``
     (:func:`mgrpo.training.run_state.sync_sampler`). LoRA models on the same base folder and
     dtype (``models.<m>.share_base``, default on) hold one copy of the frozen base weights
-    (:func:`mgrpo.models.shared_base.share_frozen_base`), one INFO line per group."""
+    (:func:`mgrpo.models.shared_base.share_frozen_base`), one INFO line per group; when they
+    sample with vllm, one vLLM instance serves them all, an adapter per agent."""
     specs = model_engines(cfg)
     torch.manual_seed(cfg.seed)
     models: dict[str, LoadedModel] = {}
@@ -177,8 +178,10 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
                     saved[key] = saved.get(key, 0) + shared.bytes_saved
                 group.append(name)
         model.eval()
-        engine = build_engine(specs[name], mcfg.path, device, lora=mcfg.lora, model=model,
-                              tokenizer=tokenizer).engine
+        engine = _shared_vllm(models, groups, specs, name, mcfg)
+        if engine is None:
+            engine = build_engine(specs[name], mcfg.path, device, lora=mcfg.lora, model=model,
+                                  tokenizer=tokenizer).engine
         optimizer = None
         if mcfg.trainable:
             prepare_for_training(model, mcfg)  # gradient checkpointing when asked
@@ -189,6 +192,20 @@ def load_models(cfg: RunConfig, device: str = "cpu") -> dict[str, LoadedModel]:
             log.info("models %s share one copy of the base weights of %s (%s): %.1f MB saved",
                      ", ".join(names), path, dtype, saved[(path, dtype)] / 1e6)
     return models
+
+
+def _shared_vllm(models: dict[str, LoadedModel], groups: dict[tuple[str, str], list[str]],
+                 specs: dict[str, str], name: str, mcfg: Any) -> Any:
+    """For a LoRA model on a shared base whose group's first model already samples with
+    vLLM: an adapter engine on that vLLM instance (one base, an adapter per agent, named per
+    request); else None."""
+    if mcfg.lora is None or not mcfg.share_base or specs[name] != "vllm":
+        return None
+    group = groups.get((os.path.realpath(mcfg.path), mcfg.dtype), [])
+    first = models.get(group[0]) if group and group[0] != name else None
+    if first is None or specs[first.name] != "vllm":
+        return None
+    return first.engine.adapter_engine()
 
 
 def build_system(cfg: RunConfig, device: str = "cpu", sandbox: Any = None) -> System:
