@@ -91,16 +91,6 @@ class Algorithm:
     nests: bool  # trains nested delegation (a sub-agent that calls others)
     workflows: tuple[str, ...]  # the workflow kinds it trains
 
-    @property
-    def tree(self) -> bool:
-        """Rounds are played as trees (one task per query; per-turn groups of K)."""
-        return self.play == "tree"
-
-    @property
-    def inline(self) -> bool:
-        """One agent, the planner, plays every role (no sub-agent agents or workers)."""
-        return self.sub_agents == "inline"
-
     def agent_roles(self, roles) -> list[str]:
         """The sub-agent roles of ``roles`` that are agents of their own (a local pool
         embedded, a worker each distributed); none when the planner plays them inline."""
