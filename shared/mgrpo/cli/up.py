@@ -47,11 +47,12 @@ def service_commands(config_path: str, api_port: int) -> list[tuple[str, list[st
     out = [("planner", ["serve", "planner", "--host", "127.0.0.1", "--port", str(api_port)]),
            ("planner-worker", ["serve", "planner-worker"])]  # a turn team: its coordinator
     team = isinstance(cfg.flow, TurnTeam)
+    agent_roles = cfg.algo.agent_roles(cfg.agents)  # none inline: the planner plays them
     for role, model in cfg.agents.items():
         if team:  # each role's worker samples its turns (no tool: the coordinator acts)
             out.append((f"subagent-{role}", ["serve", "subagent", "--name", role, "--model",
                                              cfg.models[model].path]))
-        elif role != "planner" and not cfg.algo.inline:  # inline: the planner plays them
+        elif role in agent_roles:
             # a sub-agent that delegates (nested) has no tool unless role_tools names one
             tool = cfg.role_tools.get(role) or ("" if cfg.delegation.get(role)
                                                 else ROLE_TOOLS.get(role, role))

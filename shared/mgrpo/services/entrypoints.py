@@ -75,8 +75,9 @@ def serve_planner_worker(settings: Settings, batch_size: int = 64) -> None:
     serve_until_signal(settings, "planner-worker", {
         "mgrpo_planner_episodes_done": lambda: worker.episodes_done,
         "mgrpo_planner_weights_version": lambda: worker.p.runtime.engine.version,
-    }, stop=bus.close, bus=bus,  # inline (grpo): the planner runs the tools (python: sandbox)
-        needs=worker_needs(store, settings.sandbox_url if cfg.algo.inline else None))
+    }, stop=bus.close, bus=bus,  # the planner runs the tools of the roles it plays inline
+        needs=worker_needs(store, settings.sandbox_url if cfg.algo.inline_roles(cfg.agents)
+                           else None))
 
 
 def serve_subagent(settings: Settings, name: str, tool: str, model: str | None = None,

@@ -232,8 +232,7 @@ def _enqueue(store, bus, cfg: RunConfig, queues: Queues, run_id: str, round_id: 
     if not created:
         raise RoundConflict(f"round {round_id} of run {run_id!r} exists already (started by "
                             f"another request); see GET /v1/rounds/{round_id}")
-    # an AT-GRPO round: one task per query, its tree (whose K candidate slots are the rollouts)
-    tasks = 1 if spec.tree_round(index) else k
+    tasks = spec.tasks_per_query(index, k)
     try:
         _publish_round(store, bus, queues, run_id, round_id, [q.id for q in questions], tasks,
                        scored)
@@ -268,7 +267,7 @@ def publish_unpublished_rounds(store, bus, queues: Queues, default: RunConfig | 
     for record in store.unpublished_rounds(utcnow() - timedelta(seconds=grace_s)):
         spec = round_spec(record, default)
         query_ids = list(dict.fromkeys(r.query_id for r in store.rollouts(record.round_id)))
-        tasks = 1 if spec.tree_round(record.index) else record.k
+        tasks = spec.tasks_per_query(record.index, record.k)
         log.warning("round %s was created but its tasks were never all published (its "
                     "creator stopped); publishing them now", record.round_id)
         _publish_round(store, bus, queues, record.run_id, record.round_id, query_ids, tasks,

@@ -38,6 +38,7 @@ from mgrpo.training.run_sections import (
 from mgrpo.validation import StrictModel
 from mgrpo.workflows import get_workflow, prepare_run_data
 from mgrpo.workflows.config import WorkflowConfig
+from mgrpo.workflows.hierarchy import delegation_tree
 
 __all__ = ["MAX_VERSION", "RUN_ID_PATTERN", "InitFrom", "JudgeConfig", "LLMVerifierConfig",
            "LossConfig", "ModelConfig", "ProtocolConfig", "RewardWeights", "RunConfig",
@@ -236,10 +237,7 @@ class RunConfig(StrictModel):
         if (clash := namespace_clash(self.agents)) is not None:
             raise ValueError(clash)
         self.flow.check(self)  # the hierarchy: a planner; a turn team: its world's roles
-        if self.protocol.format != "markup" and self.algo.play != "delegate":
-            raise ValueError(f"protocol.format: {self.protocol.format} plays algorithm mgrpo "
-                             f"(planner + sub-agents); {self.algorithm} renders the markup "
-                             "only (set protocol.format: markup)")
+        self._check_algorithm()
         if self.verifier == "llm" and self.verifier_llm is None:
             raise ValueError("verifier: llm needs `verifier_llm: {model: ...}` naming an entry "
                              f"of `models` (have {sorted(self.models)})")
@@ -277,11 +275,6 @@ class RunConfig(StrictModel):
         stale = {m: n for m in self.trained_models() if (n := self.staleness(m)) > 0}
         if self.loss.rollout_is == "auto":
             self.loss.rollout_is = "token" if stale or self.bf16_models() else "none"
-        if stale and not self.algo.asynchronous:
-            runs = [n for n in algorithm_names() if get_algorithm(n).asynchronous]
-            raise ValueError(f"max_staleness {stale}: the asynchronous mode runs "
-                             f"{' and '.join(runs)} rounds; {self.algo.title}'s rounds are "
-                             "synchronous (set max_staleness: 0 or algorithm: mgrpo)")
         if stale and self.loss.rollout_is == "none":
             raise ValueError(f"max_staleness {stale} needs loss.rollout_is: token or sequence: "
                              "stale samples are corrected by truncated importance weights "
@@ -294,15 +287,39 @@ class RunConfig(StrictModel):
                                  f"run's {self.optimizer_steps(name)} optimizer steps (rounds "
                                  "x mini_batches x ppo_epochs): the schedule would never leave "
                                  "its warm-up; shorten it or set lr_total_steps")
-        if self.loss.kl_in_reward and not self.algo.kl_in_reward:
+        if self.loss.eps_low >= 1:
+            raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
+        return self
+
+    def _check_algorithm(self) -> None:
+        """The options and workflow the algorithm takes (its entry's declarative fields, the
+        one place they are checked): its workflow, nested delegation, the protocol's format,
+        asynchronous rounds and a KL penalty in the reward."""
+        algo, kind = self.algo, self.workflow.kind if self.workflow else "hierarchy"
+        if kind not in algo.workflows:
+            raise ValueError(f"workflow {kind} trains with algorithm "
+                             f"{_algorithms(lambda a: kind in a.workflows)}, not {self.algorithm}")
+        tree = delegation_tree(self.agents, self.delegation) if self.delegation else {}
+        nested = {r: list(cs) for r, cs in tree.items() if r != "planner" and cs}
+        if nested and not algo.nests:
+            raise ValueError(f"agents {nested}: nested delegation trains with algorithm "
+                             f"{_algorithms(lambda a: a.nests)}, not {self.algorithm}")
+        if self.protocol.format != "markup" and algo.markup_only:
+            raise ValueError(f"protocol.format: {self.protocol.format} plays algorithm "
+                             f"{_algorithms(lambda a: not a.markup_only)}; {self.algorithm} "
+                             "renders the markup only (set protocol.format: markup)")
+        stale = {m: n for m in self.trained_models() if (n := self.staleness(m)) > 0}
+        if stale and not algo.asynchronous:
+            runs = [n for n in algorithm_names() if get_algorithm(n).asynchronous]
+            raise ValueError(f"max_staleness {stale}: the asynchronous mode runs "
+                             f"{' and '.join(runs)} rounds; {algo.title}'s rounds are "
+                             "synchronous (set max_staleness: 0 or algorithm: mgrpo)")
+        if self.loss.kl_in_reward and not algo.kl_in_reward:
             takes = [n for n in algorithm_names() if get_algorithm(n).kl_in_reward]
             raise ValueError(f"loss.kl_in_reward with algorithm {self.algorithm}: the KL "
                              f"penalty is applied to {' and '.join(takes)} rewards only; put "
                              "the KL in the loss (kl_in_reward: false, kl_estimator: k3+) or "
                              "use mgrpo")
-        if self.loss.eps_low >= 1:
-            raise ValueError(f"loss.eps_low={self.loss.eps_low} must be < 1 (clip at 1-eps).")
-        return self
 
     def bf16_models(self) -> list[str]:
         """Trained models with ``dtype: bfloat16``: their trainer's logprobs differ from a
@@ -360,6 +377,13 @@ class RunConfig(StrictModel):
     def trained_models(self) -> list[str]:
         used = dict.fromkeys(self.agents.values())
         return [m for m in used if self.models[m].trainable]
+
+
+def _algorithms(takes) -> str:
+    """The registered algorithms that ``takes`` (an Algorithm -> bool), each with its
+    description: ``mgrpo (planner + sub-agents, ...)``."""
+    return " or ".join(f"{n} ({get_algorithm(n).description})" for n in algorithm_names()
+                       if takes(get_algorithm(n)))
 
 
 def check_plugin_specs(cfg: RunConfig) -> None:

@@ -1,7 +1,8 @@
 """The ``hierarchy`` workflow's run in this process: :class:`HierarchyPlan` (a planner and its
 sub-agents on the benchmark, one pool of questions per stage) played by the round loop every
-workflow shares (:func:`mgrpo.training.run_rounds.run_rounds`), and :func:`run_round`, one
-synchronous round of episodes.
+workflow shares (:func:`mgrpo.training.run_rounds.run_rounds`), :func:`run_round`, one
+synchronous round of episodes, and :data:`ROUND_PLAYS`, the round player of each algorithm's
+``play`` (``episodes``: :func:`run_round`; ``tree``: AT-GRPO's ``run_at_grpo_round``).
 
 Registered for the ``hierarchy`` workflow in :mod:`mgrpo.training.runners`; ``mgrpo train``
 reaches it through :func:`mgrpo.training.loop.run_training`.
@@ -10,7 +11,9 @@ reaches it through :func:`mgrpo.training.loop.run_training`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+from mgrpo.registry import Registry
 from mgrpo.training.config import RunConfig
 from mgrpo.training.evaluate import evaluate, evaluate_both
 from mgrpo.training.metrics import MetricsLogger
@@ -35,9 +38,17 @@ def run_round(system: System, store, run_id: str, round_index: int, pool: list) 
                         time.perf_counter() - t0)
 
 
+RoundPlayer = Callable[[System, object, str, int, list], dict]  # (system, store, run, index, pool)
+ROUND_PLAYS: Registry[RoundPlayer] = Registry(
+    "round play", hint="the `play` of a registered algorithm; a play of your own: "
+    "ROUND_PLAYS.register(name, round_player) in a module named under `plugins:`")
+ROUND_PLAYS.register("episodes", run_round)
+ROUND_PLAYS.register("tree", run_at_grpo_round)
+
+
 class HierarchyPlan(RoundPlan):
     """The ``hierarchy`` workflow's rounds: a planner and its sub-agents on the benchmark,
-    played as episodes (``run_round``) or as AT-GRPO trees (``run_at_grpo_round``), one pool
+    played by the round player of the algorithm's ``play`` (:data:`ROUND_PLAYS`), one pool
     of questions per stage; held-out accuracy sampled and greedy before and after, greedy
     every ``eval_every`` rounds."""
 
@@ -63,9 +74,8 @@ class HierarchyPlan(RoundPlan):
     def play_round(self, store, stage_index: int, round_index: int) -> dict[str, float]:
         if stage_index not in self.pools:
             self.pools[stage_index] = stage_pool(self.system, stage_index, self.cfg.name)
-        # tree sampling, groups (query, agent, turn); else episodes
-        round_fn = run_at_grpo_round if self.cfg.algo.tree else run_round
-        return round_fn(self.system, store, self.cfg.name, round_index, self.pools[stage_index])
+        play = ROUND_PLAYS.get(self.cfg.algo.play)
+        return play(self.system, store, self.cfg.name, round_index, self.pools[stage_index])
 
     def completions(self, round_index: int) -> list[dict]:
         return take_completions(self.system, round_index)

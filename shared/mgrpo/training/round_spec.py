@@ -60,7 +60,13 @@ class RoundSpec(StrictModel):
     def tree_round(self, index: int) -> bool:
         """A tree round (AT-GRPO): a training round (index >= 0; a curriculum filter round,
         index < 0, plays ordinary episodes) of a tree algorithm."""
-        return self.run.algo.tree and index >= 0
+        return self.run.algo.play == "tree" and index >= 0
+
+    def tasks_per_query(self, index: int, k: int) -> int:
+        """Round ``index``'s tasks per query: the algorithm's for a training round (a tree
+        round: one tree whose K candidate slots are the rollouts), k episodes for a
+        curriculum filter round (index < 0)."""
+        return self.run.algo.tasks_per_query(k) if index >= 0 else k
 
 
 def run_config_of(run) -> RunConfig | None:

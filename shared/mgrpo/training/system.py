@@ -67,20 +67,33 @@ class System:
     extras: dict = field(default_factory=dict)
 
     def runner(self, greedy: bool = False) -> EpisodeRunner:
-        planner = self.runtimes["planner"]
-        subs = {r: rt for r, rt in self.runtimes.items() if r != "planner"}
-        if self.cfg.algo.inline:  # single agent: the planner plays every role
-            return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
-                                 inline_tools={r: self.tools[r] for r in subs})
-        return EpisodeRunner(planner, self.cards(), self.cfg.sampling,
+        """The planner's episode runner, as the algorithm's ``sub_agents`` plays them
+        (:data:`SUB_AGENT_RUNNERS`)."""
+        return SUB_AGENT_RUNNERS[self.cfg.algo.sub_agents](self, greedy)
+
+    def delegating_runner(self, greedy: bool = False) -> EpisodeRunner:
+        """The planner delegates to its sub-agents, each its own agent in a local pool."""
+        subs = {r: self.runtimes[r] for r in self.cfg.algo.agent_roles(self.runtimes)}
+        return EpisodeRunner(self.runtimes["planner"], self.cards(), self.cfg.sampling,
                              dispatch=LocalSubagentPool(subs, self.cfg.sampling, greedy=greedy,
                                                         entry=[c.name for c in self.cards()]))
+
+    def inline_runner(self, greedy: bool = False) -> EpisodeRunner:
+        """Single agent: the planner plays every role in its own context, calling their
+        tools."""
+        tools = {r: self.tools[r] for r in self.cfg.algo.inline_roles(self.runtimes)}
+        return EpisodeRunner(self.runtimes["planner"], self.cards(), self.cfg.sampling,
+                             inline_tools=tools)
 
     def cards(self) -> list:
         """The planner's cards: the sub-agents it calls (all of them unless the hierarchy
         nests)."""
         return role_cards(delegation_tree(self.cfg.agents, self.cfg.delegation)["planner"],
                           self.cfg.descriptions)
+
+
+# who plays the sub-agent roles (``Algorithm.sub_agents``) -> the planner's runner
+SUB_AGENT_RUNNERS = {"agents": System.delegating_runner, "inline": System.inline_runner}
 
 
 def role_description(role: str, descriptions: dict[str, str] | None = None) -> str:

@@ -112,9 +112,6 @@ class Hierarchy(Workflow):
         nested = {r: list(cs) for r, cs in tree.items() if r != "planner" and cs}
         if not nested:
             return
-        if cfg.algo.play != "delegate":
-            raise ValueError(f"agents {nested}: nested delegation trains with algorithm "
-                             f"mgrpo (per-agent groups with alignment), not {cfg.algorithm}")
         if cfg.protocol.format != "markup":
             raise ValueError(f"agents {nested}: nested delegation renders the markup only "
                              "(protocol.format: markup)")

@@ -88,9 +88,6 @@ class TurnTeam(Workflow):
         if sorted(flow.roles) != sorted(roles):
             raise ValueError(f"workflow.roles {sorted(flow.roles)} must name exactly the "
                              f"roles of world {flow.world!r}: {list(roles)}")
-        if not cfg.algo.tree:
-            raise ValueError(f"workflow turn_team trains with tree sampling (algorithm: "
-                             f"at_grpo), not {cfg.algorithm}")
         filtered = [i for i, s in enumerate(cfg.stages) if s.max_success < 1.0]
         if filtered:
             raise ValueError(f"stages {filtered}: max_success filters a benchmark's questions; "

@@ -156,7 +156,8 @@ def test_nesting_needs_mgrpo_and_runs_through_the_services(tmp_path, tiny_dir, b
     from mgrpo.workflows import refuse_embedded_only, refuse_outside_services
 
     with pytest.raises(ValueError, match=r"nested delegation trains with algorithm mgrpo "
-                       r"\(per-agent groups with alignment\), not at_grpo"):
+                       r"\(planner \+ sub-agents, per-agent groups with alignment\), "
+                       r"not at_grpo"):
         _cfg(tmp_path, tiny_dir, bench_dir, algorithm="at_grpo")
     cfg = _cfg(tmp_path, tiny_dir, bench_dir)
     refuse_outside_services(cfg)  # what every service runs on MGRPO_RUN_CONFIG

@@ -143,17 +143,23 @@ class PlannerRuntime:
         return cls(settings, cfg, store, bus, queues, runtime, dispatch)
 
     def runner(self, cfg: RunConfig | None = None) -> EpisodeRunner:
-        """The library's runner for ``cfg`` (default: the service's): delegations over the
-        bus, or for an inline algorithm (``grpo``) the single agent playing every role in its own
-        context with the tools in this process, exactly as embedded mode's
+        """The library's runner for ``cfg`` (default: the service's), as its algorithm's
+        ``sub_agents`` plays them (:data:`SUB_AGENT_RUNNERS`), exactly as embedded mode's
         ``System.runner``."""
         cfg = cfg or self.cfg
-        runtime = with_protocol(self.runtime, cfg.protocol)
-        if cfg.algo.inline:
-            return EpisodeRunner(runtime, role_cards(cfg.agents, cfg.descriptions), cfg.sampling,
-                                 inline_tools=self.inline_tools(cfg))
-        return EpisodeRunner(runtime, agent_cards(self.store, cfg), cfg.sampling,
-                             dispatch=self.dispatch)
+        return SUB_AGENT_RUNNERS[cfg.algo.sub_agents](self, cfg)
+
+    def delegating_runner(self, cfg: RunConfig) -> EpisodeRunner:
+        """Delegations over the bus to the registered sub-agent workers."""
+        return EpisodeRunner(with_protocol(self.runtime, cfg.protocol),
+                             agent_cards(self.store, cfg), cfg.sampling, dispatch=self.dispatch)
+
+    def inline_runner(self, cfg: RunConfig) -> EpisodeRunner:
+        """The single agent playing every role in its own context, with the tools in this
+        process."""
+        return EpisodeRunner(with_protocol(self.runtime, cfg.protocol),
+                             role_cards(cfg.agents, cfg.descriptions), cfg.sampling,
+                             inline_tools=self.inline_tools(cfg))
 
     def inline_tools(self, cfg: RunConfig) -> dict:
         """role -> tool for single-agent episodes (``mgrpo.training.system.build_tools``;
@@ -164,7 +170,7 @@ class PlannerRuntime:
             if self.settings.sandbox_url:
                 sandbox = SandboxClient(self.settings.sandbox_url)
             self._tools[key] = build_tools(load_benchmark(cfg.bench_dir),
-                                           [r for r in cfg.agents if r != "planner"], sandbox,
+                                           cfg.algo.inline_roles(cfg.agents), sandbox,
                                            cfg.tools, cfg.role_tools)
         return self._tools[key]
 
@@ -190,6 +196,11 @@ class PlannerRuntime:
             refresh_weights(self.store, self.runtime.engine, self.runtime.model, run_id, cfg)
             self.dispatch.weights_version = self.runtime.engine.version
             return self.runner(cfg).run(jobs, greedy=greedy)
+
+
+# who plays the sub-agent roles (``Algorithm.sub_agents``) -> the planner's runner
+SUB_AGENT_RUNNERS = {"agents": PlannerRuntime.delegating_runner,
+                     "inline": PlannerRuntime.inline_runner}
 
 
 class PlannerWorker:

@@ -66,7 +66,7 @@ def missing_round_workers(state, cfg) -> list[str]:
     no lease ``trainer:<model>``. The planner worker leaves no record in the store: not
     checked."""
     alive = {a.name for a in state.store.list_agents(alive_within_s=ALIVE_WITHIN_S)}
-    roles = [] if cfg.algo.inline else [r for r in cfg.agents if r != "planner"]
+    roles = cfg.algo.agent_roles(cfg.agents)
     missing = [f"sub-agent {role} (no heartbeat within {ALIVE_WITHIN_S:.0f} s: start "
                f"`mgrpo serve subagent --name {role}`)" for role in roles if role not in alive]
     missing += [f"trainer of {model} (nobody holds lease trainer:{model}: start `mgrpo serve "
