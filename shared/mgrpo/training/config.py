@@ -296,9 +296,15 @@ class RunConfig(StrictModel):
         one place they are checked): its workflow, nested delegation, the protocol's format,
         asynchronous rounds and a KL penalty in the reward."""
         algo, kind = self.algo, self.workflow.kind if self.workflow else "hierarchy"
-        if kind not in algo.workflows:
+        # a user's workflow is of the built-in kinds it derives from (its class's ancestors);
+        # one derived from none trains itself (Workflow.train), whatever the algorithm
+        lineage = {c.__dict__.get("name") for c in type(self.flow).__mro__} - {None, ""}
+        known = {w for name in algorithm_names() for w in get_algorithm(name).workflows}
+        family = lineage & known
+        if family and not family & set(algo.workflows):
             raise ValueError(f"workflow {kind} trains with algorithm "
-                             f"{_algorithms(lambda a: kind in a.workflows)}, not {self.algorithm}")
+                             f"{_algorithms(lambda a: bool(family & set(a.workflows)))}, "
+                             f"not {self.algorithm}")
         tree = delegation_tree(self.agents, self.delegation) if self.delegation else {}
         nested = {r: list(cs) for r, cs in tree.items() if r != "planner" and cs}
         if nested and not algo.nests:
