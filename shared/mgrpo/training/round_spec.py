@@ -57,10 +57,11 @@ class RoundSpec(StrictModel):
         return {**self.run.model_dump(mode="json"), "trained_models": self.trained_models,
                 "scored_models": self.scored_models}
 
-    def tree_round(self, index: int) -> bool:
-        """A tree round (AT-GRPO): a training round (index >= 0; a curriculum filter round,
-        index < 0, plays ordinary episodes) of a tree algorithm."""
-        return self.run.algo.play == "tree" and index >= 0
+    def round_play(self, index: int) -> str:
+        """How round ``index`` is played: the algorithm's ``play`` for a training round
+        (index >= 0; ``tree``: AT-GRPO), ``episodes`` for a curriculum filter round
+        (index < 0). The services' per-play tables are keyed by it."""
+        return self.run.algo.play if index >= 0 else "episodes"
 
     def tasks_per_query(self, index: int, k: int) -> int:
         """Round ``index``'s tasks per query: the algorithm's for a training round (a tree

@@ -32,8 +32,8 @@ def test_a_tree_round_waits_for_every_turns_candidates(tmp_path):
         store.ingest_trajectories([_candidate(k, 0, attempt)])  # first turn only, so far
         store.complete_rollout("r", "q", k, attempt)
     assert round_ready(store, "r", "planner", ["planner"])  # the M-GRPO rule: fooled
-    assert not round_ready(store, "r", "planner", ["planner"], tree=True)
+    assert not round_ready(store, "r", "planner", ["planner"], play="tree")
     store.ingest_trajectories([_candidate(k, t, attempts[k]) for k in range(K)
                                for t in range(1, TURNS)])
-    assert round_ready(store, "r", "planner", ["planner"], tree=True)
+    assert round_ready(store, "r", "planner", ["planner"], play="tree")
     store.close()

@@ -20,7 +20,8 @@ def test_stored_form_is_the_run_config_plus_the_round_keys():
                              "scored_models": ["planner", "coder"]}
     back = RoundSpec.from_stored(spec.stored())
     assert back == spec and back.run == cfg and back.run.seed == 7
-    assert back.tree_round(0) and not back.tree_round(-1)  # a filter round plays episodes
+    assert back.round_play(0) == "tree"
+    assert back.round_play(-1) == "episodes"  # a filter round plays episodes
 
 
 def test_scored_defaults_to_trained_and_a_bare_round_takes_the_default():

@@ -268,10 +268,12 @@ class PlannerWorker:
             if record is not None and record.status not in ("cancelled", "failed", "done")}
         tasks = [t for t in tasks if t.round_id in specs]
         trees: dict[str, list[str]] = {}  # AT-GRPO round id -> query ids (a task = a tree)
+        episodes: list[EpisodeTask] = []  # the other rounds' tasks: one episode each
+        piles = {"episodes": episodes.append,  # by the round's play (RoundSpec.round_play)
+                 "tree": lambda task: trees.setdefault(task.round_id, []).append(task.query_id)}
         for task in tasks:
-            if specs[task.round_id].tree_round(records[task.round_id].index):
-                trees.setdefault(task.round_id, []).append(task.query_id)
-        tasks = [t for t in tasks if t.round_id not in trees]
+            piles[specs[task.round_id].round_play(records[task.round_id].index)](task)
+        tasks = episodes
         # one transaction for the batch's attempts, one query for its questions
         attempts = store.begin_attempts([(t.round_id, t.query_id, t.rollout) for t in tasks])
         queries = store.get_queries(t.query_id for t in tasks)

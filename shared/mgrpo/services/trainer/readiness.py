@@ -5,7 +5,8 @@ each call the planner worker recorded as answered (its invocation numbers; d_k o
 d_k trajectories where only the count was recorded. :func:`recorded_only` keeps, of what was
 ingested, the recorded calls only: a well-formed trajectory of a live round that the planner
 never recorded is not trained. AT-GRPO (``tree``): per rollout (candidate slot) and role, the
-counts the planner worker recorded, the planner's too.
+counts the planner worker recorded, the planner's too (:data:`ONE_PER_ROLLOUT`, by the round's
+play).
 
 What this module does NOT do: decide WHEN to check (the trainer checks when woken: an
 ingested batch, a round command) or train.
@@ -14,6 +15,10 @@ ingested batch, a round command) or train.
 from __future__ import annotations
 
 from mgrpo.training.config import RunConfig
+
+# a round's play (``RoundSpec.round_play``) -> the roles with one trajectory per rollout; every
+# other role's are the ones the planner worker recorded (a tree: each role's candidates)
+ONE_PER_ROLLOUT: dict[str, tuple[str, ...]] = {"episodes": ("planner",), "tree": ()}
 
 
 def roles_of(cfg: RunConfig, model: str) -> list[str]:
@@ -61,16 +66,17 @@ def unrecorded(t, answered) -> str:
 
 
 def round_ready(store, round_id: str, model: str, roles: list[str],
-                tree: bool = False) -> bool:
+                play: str = "episodes") -> bool:
     """True when this model's part of the round is complete (see the module docstring).
-    ``tree`` (AT-GRPO): every role, the planner too, has the candidate counts the planner
-    worker recorded per slot (one candidate per slot per turn)."""
+    ``play``: the round's (:data:`ONE_PER_ROLLOUT`); under ``tree`` (AT-GRPO) every role, the
+    planner too, has the candidate counts the planner worker recorded per slot (one
+    candidate per slot per turn)."""
     progress = store.round_progress(round_id)
     if not progress.done:
         return False
     for role in roles:
         have = store.count_round_trajectories(round_id, model, agent=role)
-        if role == "planner" and not tree:
+        if role in ONE_PER_ROLLOUT[play]:
             if have < progress.total:
                 return False
             continue

@@ -2,9 +2,10 @@
 :class:`mgrpo.services.trainer.service.TrainerService`): train its model on the round's
 trajectories, checkpoint, record metrics, publish, announce.
 
-- :meth:`RoundTraining.train_round`: :func:`mgrpo.training.rounds.train_model` (rewards; the
-  sub-agent side reads r_correct_main from the store's planner outcomes) or, for AT-GRPO,
-  ``tree_round.train_tree_model``; then an atomic, write-once checkpoint
+- :meth:`RoundTraining.train_round`: by the round's play (:data:`PLAY_TRAININGS`),
+  :func:`mgrpo.training.rounds.train_model` on the recorded calls (rewards; the sub-agent
+  side reads r_correct_main from the store's planner outcomes) or, for AT-GRPO (``tree``),
+  ``tree_round.train_tree_model`` on every candidate; then an atomic, write-once checkpoint
   ``v = round index + 1``, ``store.record_checkpoint``, the round's metrics, THEN the group
   statistics of all its roles in one transaction (the "published" marker the round waits
   for), then the weights announcement, then ``done`` when every scored model has published.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from mgrpo.algo.staleness import worst_staleness
 from mgrpo.bus.messages import TrajectoryMessage, WeightsAnnouncement
@@ -87,10 +89,8 @@ class RoundTraining:
         marks = [("start", time.perf_counter())]  # phase timings, logged at the end
         spec = spec if spec is not None else round_spec(record, self.cfg)
         cfg = spec.run
-        trajs, dropped = store.round_trajectories(round_id, lm.name), []
-        if not spec.tree_round(record.index):  # the recorded (role, invocation) pairs only
-            trajs, dropped = recorded_only(trajs, {r: store.observed_d(round_id, r)
-                                                   for r in self.roles if r != "planner"})
+        play = PLAY_TRAININGS[spec.round_play(record.index)]
+        trajs, dropped = play.kept(self, round_id, store.round_trajectories(round_id, lm.name))
         outcomes = {(o.query_id, o.rollout): o for o in store.read_planner_outcomes(round_id)}
         d_seen = observed_d(store, record.run_id, self.roles)
         version = record.index + 1
@@ -103,13 +103,7 @@ class RoundTraining:
         optimizer, lm.optimizer = lm.optimizer, (None if applied else lm.optimizer)
         lm.model.train()
         try:
-            if spec.tree_round(record.index):  # AT-GRPO: per-turn groups of K candidates
-                metrics, stats = train_tree_model(lm, self.roles, trajs, cfg, record.index)
-            else:
-                judges = self.judge(cfg)  # another model's judge: its newest weights
-                refresh_judge_weights(judges, cfg, lambda m: _latest(store, m, record.run_id))
-                metrics, stats = train_model(lm, self.roles, trajs, outcomes, cfg, judges,
-                                             d_seen, record.index)
+            metrics, stats = play.train(self, record, cfg, trajs, outcomes, d_seen)
         finally:
             lm.optimizer = optimizer
             lm.model.eval()
@@ -152,6 +146,31 @@ class RoundTraining:
                  " ".join(f"{name} {t - marks[i][1]:.3f}"
                           for i, (name, t) in enumerate(marks[1:])))
         return metrics
+
+    def keep_recorded(self, round_id: str, trajs: list) -> tuple[list, list[tuple]]:
+        """(kept, dropped) of an episodes round: the recorded (role, invocation) pairs only
+        (:func:`~mgrpo.services.trainer.readiness.recorded_only`)."""
+        return recorded_only(trajs, {r: self.store.observed_d(round_id, r)
+                                     for r in self.roles if r != "planner"})
+
+    def keep_every_candidate(self, round_id: str, trajs: list
+                             ) -> tuple[list, list[tuple]]:
+        """(kept, dropped) of a tree round: every ingested candidate, none dropped."""
+        return trajs, []
+
+    def train_episodes(self, record, cfg: RunConfig, trajs: list, outcomes: dict,
+                       d_seen: dict) -> tuple[dict, list]:
+        """(metrics, stats) of an episodes round: ``train_model`` with the round's judges
+        (another model's judge with its newest weights)."""
+        judges = self.judge(cfg)
+        refresh_judge_weights(judges, cfg, lambda m: _latest(self.store, m, record.run_id))
+        return train_model(self.lm, self.roles, trajs, outcomes, cfg, judges, d_seen,
+                           record.index)
+
+    def train_trees(self, record, cfg: RunConfig, trajs: list, outcomes: dict,
+                    d_seen: dict) -> tuple[dict, list]:
+        """(metrics, stats) of a tree round (AT-GRPO): per-turn groups of K candidates."""
+        return train_tree_model(self.lm, self.roles, trajs, cfg, record.index)
 
     def dead_letter_unrecorded(self, dropped: list[tuple]) -> None:
         """Each ingested trajectory the round's record does not name (a hostile message, the
@@ -205,3 +224,18 @@ class RoundTraining:
                                                     engines, device=self.settings.device,
                                                     roles=self.roles))
         return self._judge[1]
+
+
+class PlayTraining(NamedTuple):
+    """How a trainer trains a round of one play: which ingested trajectories it keeps
+    (``kept``: (kept, dropped)) and what it trains them with (``train``: (metrics, stats))."""
+
+    kept: Callable[[RoundTraining, str, list], tuple[list, list[tuple]]]
+    train: Callable[..., tuple[dict, list]]
+
+
+# a round's play (``RoundSpec.round_play``) -> how its trainer trains it
+PLAY_TRAININGS: dict[str, PlayTraining] = {
+    "episodes": PlayTraining(RoundTraining.keep_recorded, RoundTraining.train_episodes),
+    "tree": PlayTraining(RoundTraining.keep_every_candidate, RoundTraining.train_trees),
+}

@@ -301,7 +301,7 @@ class TrainerService:
         done = 0
         for record, spec in self.pending_rounds():
             if not round_ready(self.store, record.round_id, self.model_name, self.roles,
-                               spec.tree_round(record.index)):
+                               spec.round_play(record.index)):
                 break  # rounds train in order
             try:
                 self.rounds.train_round(record, spec)
