@@ -242,7 +242,7 @@ def warm_start(cfg: DemoConfig, name: str, data: Path, steps: int, texts: list[s
 def run_config(cfg: DemoConfig, paths: dict[str, str]) -> dict:
     """The RL run's config fields: the demo's settings, then ``cfg.run_set`` over them."""
     # on use: keeps torch out of this module's import
-    from mgrpo.training.config import apply_overrides
+    from mgrpo.training.overrides import apply_overrides
 
     return apply_overrides(copy.deepcopy({
         "name": "demo", "seed": cfg.seed, "algorithm": "mgrpo",

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mgrpo.training.config import RunConfig, apply_overrides
+from mgrpo.training.config import RunConfig
+from mgrpo.training.overrides import apply_overrides
 from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cli, tests)
     PATH_OPTIONS,
     ConfigFileError,

@@ -64,7 +64,7 @@ def test_an_override_the_run_config_refuses_gets_422(client, monkeypatch):
     the request schema let through but ``RunConfig`` refuses is a 422, and no round starts.
     (Today's request schema bounds k as tightly as RunConfig; a looser one is simulated.)"""
     from mgrpo.services.api.routes import rounds
-    from mgrpo.training.config import overridden
+    from mgrpo.training.overrides import overridden
 
     monkeypatch.setattr(rounds, "overridden", lambda cfg, o: overridden(cfg, {**o, "k": 1}))
     before = len(client.get("/v1/rounds").json())

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mgrpo.training.config import InitFrom, RunConfig, overridden
+from mgrpo.training.config import InitFrom, RunConfig
+from mgrpo.training.overrides import overridden
 
 MODELS = {m: {"path": "/nowhere"} for m in ("planner", "searcher", "coder")}
 

@@ -56,7 +56,8 @@ from mgrpo.services.checkpoints import prune_checkpoints
 from mgrpo.services.context import Queues
 from mgrpo.services.rounds import cancel_round, check_round_size, round_id_of, start_round
 from mgrpo.services.team import is_team
-from mgrpo.training.config import RunConfig, overridden
+from mgrpo.training.config import RunConfig
+from mgrpo.training.overrides import overridden
 
 log = logging.getLogger("mgrpo.control")
 

@@ -24,7 +24,7 @@ from mgrpo.services.rounds import (
     start_round,
 )
 from mgrpo.services.team import is_team
-from mgrpo.training.config import overridden
+from mgrpo.training.overrides import overridden
 
 router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
