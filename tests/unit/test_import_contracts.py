@@ -53,9 +53,11 @@ ABOVE = {
                   "mgrpo.experiments", "mgrpo.cli"),
     "mgrpo.sandbox": ("mgrpo.services", "mgrpo.dashboard", "mgrpo.training",
                       "mgrpo.experiments", "mgrpo.cli"),
-    # config text < the run config < which file is which kind
-    "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.config_files"),
-    "mgrpo.training.config": ("mgrpo.training.config_files",),
+    # config text < the run config < its overrides < which file is which kind
+    "mgrpo.training.config_yaml": ("mgrpo.training.config", "mgrpo.training.overrides",
+                                   "mgrpo.training.config_files"),
+    "mgrpo.training.config": ("mgrpo.training.overrides", "mgrpo.training.config_files"),
+    "mgrpo.training.overrides": ("mgrpo.training.config_files",),
 }
 # mgrpo.services: the parts' rooms (planner, subagent, trainer, control) never import each
 # other, the API or the entry points; the shared pieces at mgrpo.services level import none
