@@ -25,7 +25,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mgrpo.training.config import RunConfig
-from mgrpo.training.overrides import apply_overrides
 from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cli, tests)
     PATH_OPTIONS,
     ConfigFileError,
@@ -36,6 +35,7 @@ from mgrpo.training.config_yaml import (  # noqa: F401 - also read from here (cl
     rounds_for_steps,
     with_rounds,
 )
+from mgrpo.training.overrides import apply_overrides
 
 COMMANDS = {"run": "`mgrpo train --config FILE`, also eval, up and the services' "
                    "MGRPO_RUN_CONFIG",
