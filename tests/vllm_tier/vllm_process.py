@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from mgrpo.services.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -125,9 +126,7 @@ class VLLMServer:
     its workers: what RemoteEngine.load_weights uses to reload in place."""
 
     def __init__(self, model: str, log_path: Path, startup_s: float = 900.0):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()

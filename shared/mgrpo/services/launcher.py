@@ -7,6 +7,7 @@ child is reported, never restarted.
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -15,11 +16,38 @@ import threading
 import time
 from pathlib import Path
 
+_HANDED_OUT: set[int] = set()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default if unread)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on now, below the kernel's ephemeral range: a port the kernel
+    hands out itself (bind to 0) can be taken by any outgoing connection (to the broker, the
+    database) before the child that was given it binds it. Never the same port twice in one
+    process."""
+    low = ephemeral_range()[0]
+    start, stop = (20000, low) if low > 21000 else (low // 2, low)
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(start, stop)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in {start}-{stop - 1}")
 
 
 def _pump(name: str, stream) -> None:

@@ -5,7 +5,6 @@ changed byte in the DCP folder is refused in one line instead of resuming from i
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,12 +12,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from mgrpo.services.launcher import free_port
+
 
 @pytest.fixture
 def group_of_one():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
                             world_size=1)
     yield
